@@ -1,0 +1,43 @@
+"""User-turn probe as a TRL-style script; `accelerate launch` shards the prompts across processes.
+
+# One process (CPU or one GPU)
+```bash
+python eval/probe.py --model testbed --task testbed --limit 200 --temperatures 0 1.0 --samples 4 --out probe_out
+```
+
+# Qwen3.5-2B on 8 GPUs (each rank probes a shard; results are gathered, identical greedy numbers to one process)
+```bash
+accelerate launch --config_file accelerate_configs/multi_gpu.yaml eval/probe.py \
+    --model Qwen/Qwen3.5-2B --task gsm8k --limit 500 --temperatures 0 0.7 1.0 --samples 8 --out probe_qwen35_2b
+```
+
+# From a YAML file, with CLI overrides
+```bash
+python eval/probe.py --config my_probe.yaml --limit 50
+```
+"""
+
+import argparse
+
+from uturn_train.probe.job import ProbeScriptArguments
+
+
+def main(args: ProbeScriptArguments) -> dict:
+    from accelerate import PartialState
+
+    from uturn_train.probe.job import run_probe_job
+
+    return run_probe_job(args, state=PartialState())
+
+
+def make_parser(subparsers: argparse._SubParsersAction | None = None):
+    from trl import TrlParser
+
+    if subparsers is not None:
+        return subparsers.add_parser("probe", help="User-turn probe", dataclass_types=ProbeScriptArguments)
+    return TrlParser(ProbeScriptArguments)
+
+
+if __name__ == "__main__":
+    (args,) = make_parser().parse_args_and_config()
+    main(args)

@@ -1,0 +1,38 @@
+"""A few LoRA SFT steps on a tiny model with the probe callback; the callback tests run it in-process and under
+`accelerate launch`:
+
+    accelerate launch --multi_gpu --num_processes 2 tests/scripts/train_with_probe.py MODEL_DIR OUT_DIR GSM8K_JSONL
+"""
+
+import sys
+
+LORA_TARGETS = r".*layers\.\d+\.(self_attn\.(q_proj|v_proj)|linear_attn\.(in_proj_qkv|out_proj)|mlp\.down_proj)"
+
+
+def make_trainer(model_dir, output_dir, probe_data, *, with_probe=True, max_steps=4, report_to="none",
+                 resume_steps=None, **probe_overrides):
+    from datasets import Dataset
+    from peft import LoraConfig
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import SFTConfig, SFTTrainer
+
+    from uturn_train import ProbeArguments, UserTurnProbeCallback
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    rows = [{"messages": [{"role": "user", "content": f"What is {a} + {a}?"},
+                          {"role": "assistant", "content": f"{a} + {a} = {2 * a}.\n#### {2 * a}"}]} for a in range(16)]
+    args = SFTConfig(output_dir=str(output_dir), max_steps=max_steps, save_steps=2, logging_steps=1,
+                     per_device_train_batch_size=2, learning_rate=1e-3, report_to=report_to, bf16=False,
+                     seed=0, max_length=64, disable_tqdm=True)
+    probe = dict(probe_task="gsm8k", probe_data=str(probe_data), probe_limit=5, probe_temperatures=[0.0, 1.0],
+                 probe_samples=2, probe_max_new_tokens=8, probe_answer_max_new_tokens=12, probe_batch_size=2)
+    probe.update(probe_overrides)
+    callbacks = [UserTurnProbeCallback(ProbeArguments(**probe), tokenizer)] if with_probe else []
+    lora = LoraConfig(r=4, lora_alpha=8, target_modules=LORA_TARGETS)
+    return SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer,
+                      peft_config=lora, callbacks=callbacks)
+
+
+if __name__ == "__main__":
+    make_trainer(*sys.argv[1:4]).train()

@@ -1,0 +1,154 @@
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent / "scripts"))
+from train_with_probe import make_trainer  # noqa: E402
+
+from uturn_train import ProbeArguments, UserTurnProbeCallback  # noqa: E402
+
+SCRIPT = Path(__file__).parent / "scripts" / "train_with_probe.py"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def gsm8k_file(shared_data):
+    return shared_data / "gsm8k" / "test.jsonl"
+
+
+def _history(out):
+    return [json.loads(l) for l in (Path(out) / "probe_history.jsonl").read_text().splitlines()]
+
+
+def _losses(trainer):
+    return [h["loss"] for h in trainer.state.log_history if "loss" in h]
+
+
+def test_probe_scalars_files_and_no_perturbation(tiny_qwen_dir, gsm8k_file, tmp_path):
+    trainer = make_trainer(tiny_qwen_dir, tmp_path / "with", gsm8k_file)
+    trainer.train()
+    probed = [h for h in trainer.state.log_history if "probe/followup_rate/T0.0" in h]
+    assert [h["step"] for h in probed] == [0, 2, 4], "baseline at step 0, then every save, never twice"
+    for h in probed:
+        for key in ("probe/followup_rate/T1.0", "probe/followup_rate/T0.0/ci_low", "probe/followup_rate/T1.0/ci_high",
+                    "probe/identity_drift_share/T1.0", "probe/empty_share/T0.0", "gsm8k/accuracy", "probe/seconds"):
+            assert key in h, key
+        assert h["probe/followup_rate/T0.0/ci_low"] <= h["probe/followup_rate/T0.0"] <= h["probe/followup_rate/T0.0/ci_high"]
+    history = _history(tmp_path / "with")
+    assert [r["step"] for r in history] == [0, 2, 4] and all(r["error"] is None for r in history)
+    assert [s["n"] for s in history[0]["settings"]] == [5, 10]  # 5 prompts: 1 greedy turn, 2 samples at T=1
+    rows = [json.loads(l) for l in (tmp_path / "with" / "probe" / "step_2.jsonl").read_text().splitlines()]
+    assert len(rows) == 15 and {"id", "temperature", "sample_index", "user_prompt", "user_turn", "label",
+                                "finish_reason", "answer_correct"} <= set(rows[0])
+    # The probe must not perturb training: same losses as a run without it, model back in train mode.
+    plain = make_trainer(tiny_qwen_dir, tmp_path / "without", gsm8k_file, with_probe=False)
+    plain.train()
+    assert _losses(trainer) == _losses(plain) and len(_losses(plain)) == 4
+    assert trainer.model.training == plain.model.training
+    assert trainer.processing_class.padding_side == plain.processing_class.padding_side
+
+
+def test_gradient_checkpointing_and_use_cache_restored(tiny_qwen_dir, gsm8k_file, tmp_path):
+    trainer = make_trainer(tiny_qwen_dir, tmp_path / "gc", gsm8k_file, max_steps=2)
+    trainer.args.gradient_checkpointing = True
+    trainer.train()
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    assert model.is_gradient_checkpointing
+    assert [r["step"] for r in _history(tmp_path / "gc")] == [0, 2]
+
+
+def test_resume_keeps_one_record_per_step(tiny_qwen_dir, gsm8k_file, tmp_path):
+    out = tmp_path / "run"
+    make_trainer(tiny_qwen_dir, out, gsm8k_file, max_steps=4).train()
+    assert [r["step"] for r in _history(out)] == [0, 2, 4]
+    make_trainer(tiny_qwen_dir, out, gsm8k_file, max_steps=4).train(resume_from_checkpoint=str(out / "checkpoint-2"))
+    assert [r["step"] for r in _history(out)] == [0, 2, 4]
+
+
+def test_failure_is_isolated_and_counted(tiny_qwen_dir, gsm8k_file, tmp_path, monkeypatch):
+    import uturn_train.probe.runner as runner
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("CUDA out of memory (simulated)")
+
+    monkeypatch.setattr(runner, "generate", boom)
+    trainer = make_trainer(tiny_qwen_dir, tmp_path / "err", gsm8k_file, max_steps=2)
+    trainer.train()
+    assert trainer.state.global_step == 2
+    history = _history(tmp_path / "err")
+    assert [r["error"] for r in history] == ["RuntimeError: CUDA out of memory (simulated)"] * 2
+    assert history[0]["settings"] == [] and history[0]["accuracy"] is None  # no number made up
+    errors = [h["probe/errors"] for h in trainer.state.log_history if "probe/errors" in h]
+    assert errors == [1.0, 2.0]
+    assert not any("probe/followup_rate/T0.0" in h for h in trainer.state.log_history)
+    assert trainer.model.training
+
+    strict = make_trainer(tiny_qwen_dir, tmp_path / "strict", gsm8k_file, max_steps=2, probe_fail_on_error=True)
+    with pytest.raises(RuntimeError, match="simulated"):
+        strict.train()
+
+
+def test_bad_configuration_fails_at_construction(tiny_qwen_dir, tmp_path):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_qwen_dir)
+    with pytest.raises(ValueError, match="unknown task"):
+        UserTurnProbeCallback(ProbeArguments(probe_task="gsm9k"), tok)
+    with pytest.raises(ValueError, match="nope.jsonl"):
+        UserTurnProbeCallback(ProbeArguments(probe_data=str(tmp_path / "nope.jsonl")), tok)
+
+
+def test_wandb_offline_records_probe_scalars(tiny_qwen_dir, gsm8k_file, tmp_path, monkeypatch):
+    from wandb_records import history_rows
+
+    for var in ("WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR"):
+        monkeypatch.setenv(var, str(tmp_path / "wandb"))
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_PROJECT", "uturn-tests")
+    trainer = make_trainer(tiny_qwen_dir, tmp_path / "wb", gsm8k_file, max_steps=2, report_to="wandb")
+    trainer.train()
+    import wandb
+
+    wandb.finish()
+    (run_dir,) = (tmp_path / "wandb" / "wandb").glob("offline-run-*")
+    rows = history_rows(run_dir)
+    probed = [r for r in rows if "train/probe/followup_rate/T0.0" in r]
+    expected = [h for h in trainer.state.log_history if "probe/followup_rate/T0.0" in h]
+    assert [r["train/global_step"] for r in probed] == [0, 2]
+    assert [r["train/probe/followup_rate/T1.0"] for r in probed] == [h["probe/followup_rate/T1.0"] for h in expected]
+    assert any("probe/samples" in r for r in rows), "the samples table was logged"
+
+
+def _launch(args, out, model_dir, data, timeout=900):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1",
+           "TORCH_EXTENSIONS_DIR": str(Path(out).parent / "torch_ext")}
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", *args, str(SCRIPT), str(model_dir), str(out), str(data)]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+
+
+def _greedy(out, step):
+    rows = [json.loads(l) for l in (Path(out) / "probe" / f"step_{step}.jsonl").read_text().splitlines()]
+    return [(r["id"], r["answer"], r["user_turn"], r["label"]) for r in rows if r["temperature"] == 0.0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("launcher", ["ddp", "zero3"])
+def test_two_processes_match_one(launcher, tiny_qwen_dir, gsm8k_file, tmp_path):
+    single = tmp_path / "single"
+    _launch(["--cpu", "--num_processes", "1"], single, tiny_qwen_dir, gsm8k_file)
+    multi = tmp_path / launcher
+    if launcher == "ddp":
+        _launch(["--multi_gpu", "--num_processes", "2"], multi, tiny_qwen_dir, gsm8k_file)
+    else:
+        _launch(["--config_file", str(ROOT / "accelerate_configs" / "deepspeed_zero3.yaml"), "--num_processes", "2"],
+                multi, tiny_qwen_dir, gsm8k_file)
+    assert [r["step"] for r in _history(multi)] == [0, 2, 4]
+    # Step 0 is the same untrained model everywhere, so greedy turns must be identical with 1 and 2 processes.
+    assert _greedy(multi, 0) == _greedy(single, 0) and len(_greedy(single, 0)) == 5
+    assert _history(multi)[0]["settings"][0] == _history(single)[0]["settings"][0]
+    assert _history(multi)[0]["settings"][1]["n"] == 10  # every prompt once, padding dropped

@@ -1,0 +1,29 @@
+import pytest
+
+from uturn_train.probe.metrics import across_temperatures, summarize_setting, wilson_interval
+
+
+def test_wilson_matches_reference_values():
+    # Reference: statsmodels proportion_confint(8, 20, method="wilson") = (0.2188, 0.6134)
+    lo, hi = wilson_interval(8, 20)
+    assert lo == pytest.approx(0.21878, abs=1e-4) and hi == pytest.approx(0.61340, abs=1e-4)
+    lo, hi = wilson_interval(0, 50)
+    assert lo == 0.0 and hi == pytest.approx(0.07135, abs=1e-4)  # stays inside [0, 1] near zero
+    assert wilson_interval(0, 0) == (0.0, 1.0)
+
+
+def test_summary_counts_every_sample_and_shares_sum_to_one():
+    labels = ["followup"] * 3 + ["empty", "degenerate", "identity_drift", "acknowledgement", "new_topic"]
+    s = summarize_setting(1.0, 4, labels)
+    assert s["n"] == 8 and s["followup_rate"] == pytest.approx(3 / 8)
+    assert s["categories"]["empty"] == pytest.approx(1 / 8)
+    assert sum(s["categories"].values()) == pytest.approx(1.0)
+    assert s["ci95"][0] < 3 / 8 < s["ci95"][1]
+    with pytest.raises(ValueError, match="unknown labels"):
+        summarize_setting(0.0, 1, ["followup", "chitchat"])
+
+
+def test_across_temperatures():
+    settings = [summarize_setting(0.0, 1, ["new_topic"] * 4), summarize_setting(1.0, 4, ["followup", "new_topic"])]
+    agg = across_temperatures(settings)
+    assert agg == {"followup_rate_max": 0.5, "followup_rate_mean": 0.25}

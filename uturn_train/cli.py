@@ -1,0 +1,89 @@
+"""`uturn`: the command line.
+
+    uturn probe --model testbed --task testbed --limit 200 --temperatures 0 1.0 --samples 4 --out probe_out
+    uturn classify --input turns.jsonl --output labelled.jsonl
+    uturn testbed build [--out DIR] [--force] [--seed N]
+"""
+
+import argparse
+import json
+import logging
+import sys
+from collections import Counter
+
+
+def _probe(argv: list[str]) -> None:
+    from trl import TrlParser
+
+    from .probe.job import ProbeScriptArguments, run_probe_job
+
+    parser = TrlParser(ProbeScriptArguments, prog="uturn probe")
+    (args,) = parser.parse_args_and_config(argv)
+    run_probe_job(args)
+
+
+def classify_file(input_path: str, output_path: str) -> Counter:
+    """Label every row (`query`, `answer`, `user_turn`, optional `finish_reason`) of a jsonl file; atomic output."""
+    from .io import write_jsonl
+    from .probe.classify import classify_turn
+
+    rows = []
+    with open(input_path, encoding="utf-8") as f:
+        for line_no, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{input_path}:{line_no}: not valid JSON ({e.msg})") from e
+            missing = [k for k in ("query", "answer", "user_turn") if not isinstance(row.get(k), str)]
+            if missing:
+                raise ValueError(f"{input_path}:{line_no}: missing string field(s) {missing}; every row needs "
+                                 "`query`, `answer` and `user_turn`")
+            verdict = classify_turn(row["query"], row["answer"], row["user_turn"], finish_reason=row.get("finish_reason"))
+            rows.append({**row, "label": verdict.label, "reason": verdict.reason})
+    if not rows:
+        raise ValueError(f"{input_path} holds no rows")
+    write_jsonl(output_path, rows)
+    return Counter(r["label"] for r in rows)
+
+
+def _classify(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(prog="uturn classify", description="Label user turns generated elsewhere.")
+    parser.add_argument("--input", required=True, help="jsonl with query, answer, user_turn (finish_reason optional)")
+    parser.add_argument("--output", required=True, help="jsonl: the input rows plus label and reason")
+    args = parser.parse_args(argv)
+    counts = classify_file(args.input, args.output)
+    n = sum(counts.values())
+    print(f"{n} turns -> {args.output}")
+    for label, c in counts.most_common():
+        print(f"  {label:<16} {c:>6}  {c / n:.3f}")
+
+
+def _testbed(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(prog="uturn testbed", description="The tiny Qwen3.5 world, built offline.")
+    sub = parser.add_subparsers(dest="action", required=True)
+    build = sub.add_parser("build", help="pre-train the testbed model from scratch (minutes on a CPU)")
+    build.add_argument("--out", default=None, help="target directory (default: $UTURN_HOME/testbed)")
+    build.add_argument("--force", action="store_true", help="replace an existing build")
+    build.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    from .testbed import build_testbed
+
+    print(build_testbed(args.out, force=args.force, seed=args.seed))
+
+
+COMMANDS = {"probe": _probe, "classify": _classify, "testbed": _testbed}
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] not in COMMANDS:
+        print(__doc__.strip())
+        sys.exit(0 if argv and argv[0] in ("-h", "--help") else 2)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        COMMANDS[argv[0]](argv[1:])
+    except ValueError as e:  # bad input: one clear line, no traceback
+        print(f"uturn {argv[0]}: error: {e}", file=sys.stderr)
+        sys.exit(2)

@@ -1,0 +1,45 @@
+"""Atomic file writes: a reader never sees a half-written output, and a failed job leaves none behind."""
+
+import json
+import os
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+
+
+@contextmanager
+def atomic_open(path: str | Path, mode: str = "w"):
+    """Open a temporary file beside `path`; it replaces `path` only if the block finishes without error."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as f:
+            yield f
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json(path: str | Path, obj) -> None:
+    with atomic_open(path) as f:
+        json.dump(obj, f, indent=2)
+        f.write("\n")
+
+
+def write_jsonl(path: str | Path, rows) -> None:
+    with atomic_open(path) as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+
+
+def ensure_writable_dir(path: str | Path, option: str = "--out") -> Path:
+    """Create `path` if needed and check that files can be written there, before any long work starts."""
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".write-check."):
+            pass
+    except OSError as e:
+        raise ValueError(f"{option} {path} is not a writable directory ({e.strerror}); pass another {option}") from e
+    return path
