@@ -112,11 +112,6 @@ def test_oasst_flat_messages_give_the_same_triples(shared_data, tmp_path):
     assert through and [e.id for e in from_flat] == [e.id for e in from_tree if e.id not in through]
 
 
-def test_testbed_without_data_is_not_built_yet():
-    with pytest.raises(ValueError, match="testbed is not built.*--data PATH"):
-        load_task("testbed")
-
-
 def test_unknown_task():
     with pytest.raises(ValueError, match="unknown task 'gsm9k'; valid tasks: gsm8k, ifeval, ifbench, mtbench"):
         load_task("gsm9k")
