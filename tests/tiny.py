@@ -154,6 +154,9 @@ def tiny_text_config(tokenizer) -> Qwen3_5TextConfig:
         linear_value_head_dim=16,
         linear_conv_kernel_dim=4,
         max_position_embeddings=4096,
+        # Wider than the default 0.02: at 0.02 every prompt greedily decodes to the same repeated token, which would
+        # make tests of batching, ordering and stop strings pass vacuously.
+        initializer_range=0.1,
         rope_parameters={
             "rope_type": "default",
             "rope_theta": 1e7,
@@ -169,7 +172,7 @@ def tiny_text_config(tokenizer) -> Qwen3_5TextConfig:
 
 
 def tiny_causal_lm(tokenizer, seed: int = 0) -> Qwen3_5ForCausalLM:
-    """A seeded random-init tiny `Qwen3_5ForCausalLM` (fp32, eval mode); the caller's RNG is left untouched."""
+    """A seeded random-init tiny `Qwen3_5ForCausalLM` (fp32, eval mode); the caller's CPU RNG is untouched."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         return Qwen3_5ForCausalLM(tiny_text_config(tokenizer)).eval()

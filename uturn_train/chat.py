@@ -10,10 +10,10 @@ are rendered exactly as the template renders them (Qwen3.5 drops the think block
 import jinja2
 
 
-# Sentinels hold characters that HTML/JSON escaping would rewrite, so a template that escapes content fails loudly
+# Sentinels hold characters that HTML or JSON escaping rewrites, so a template that escapes content fails loudly
 # instead of yielding a prompt that ends inside an escaped string.
-SENTINEL = "<&'uturn-sentinel-0'&>"
-_SENTINELS = ("<&'uturn-sentinel-1'&>", "<&'uturn-sentinel-2'&>", "<&'uturn-sentinel-3'&>")
+SENTINEL = "<&\"uturn-sentinel-0\"&>"
+_SENTINELS = tuple(SENTINEL.replace("0", str(i)) for i in (1, 2, 3))
 
 
 class ChatTemplateError(ValueError):
@@ -27,8 +27,8 @@ def _name(tokenizer) -> str:
 def _render(tokenizer, messages: list[dict], *, add_generation_prompt: bool, enable_thinking: bool = False) -> str:
     if not tokenizer.chat_template:
         raise ChatTemplateError(
-            f"the tokenizer of {_name(tokenizer)!r} has no chat template: the probe renders turns with the model's own "
-            "template. Use a chat (instruct) checkpoint, or set `tokenizer.chat_template` and save the tokenizer."
+            f"the tokenizer of {_name(tokenizer)!r} has no chat template: the probe renders turns with the model's "
+            "own template. Use a chat (instruct) checkpoint, or set `tokenizer.chat_template` and save the tokenizer."
         )
     try:
         return tokenizer.apply_chat_template(
@@ -62,7 +62,7 @@ def user_turn_prompt(tokenizer, messages: list[dict], *, enable_thinking: bool =
         enable_thinking (`bool`, *optional*, defaults to `False`): passed to the template (Qwen3-style templates).
 
     Returns:
-        `str`: the rendered conversation followed by the template's user header, e.g. `...<|im_end|>\\n<|im_start|>user\\n`.
+        `str`: the conversation followed by the template's user header, e.g. `...<|im_end|>\\n<|im_start|>user\\n`.
 
     Raises:
         [`ChatTemplateError`]: no template, a template that rejects the conversation or that mangles content.
@@ -82,8 +82,9 @@ def answer_prompt(tokenizer, messages: list[dict], *, enable_thinking: bool = Fa
     Args:
         tokenizer ([`~transformers.PreTrainedTokenizerBase`]): tokenizer with a chat template.
         messages (`list[dict]`): the conversation so far, ending with a user message.
-        enable_thinking (`bool`, *optional*, defaults to `False`): passed to the template; Qwen3.5 opens the answer
-            with an empty think block (`<think>\\n\\n</think>\\n\\n`) unless it is `True`.
+        enable_thinking (`bool`, *optional*, defaults to `False`): always passed to the template, so thinking is off
+            unless asked for, even with a template that thinks by default (Qwen3.5 then opens the answer with an empty
+            think block, `<think>\\n\\n</think>\\n\\n`).
 
     Raises:
         [`ChatTemplateError`]: no template, or a template that rejects the conversation.
@@ -99,20 +100,14 @@ def _header_after(separator: str, end_of_turn: str) -> str:
     return separator
 
 
-def stop_strings(tokenizer) -> list[str]:
-    """Strings that end a generated turn: the template's end-of-turn marker(s), eos, and the start of a role header.
-
-    Found by rendering `[user, assistant, user]` with sentinel contents: what follows a turn's content is its end of
-    turn (`<|im_end|>`, `<|eot_id|>`, `<end_of_turn>`), what precedes the next content is that role's header. The
-    leading tokens shared by the user and assistant headers start any header (`<|im_start|>`, `<|start_header_id|>`,
-    `<start_of_turn>`); templates whose headers share none (`User: ` / `Bot: `) stop on the full headers instead
-    (`"\\nUser:"`, `"\\nBot:"`).
-
-    Raises:
-        [`ChatTemplateError`]: no template, or a template that rejects or mangles the probe conversation.
-    """
+def _turn_markers(tokenizer) -> tuple[list[str], list[str]]:
+    """(end-of-turn markers, role-header starts) of the tokenizer's template; see [`stop_strings`]."""
     u1, a1, u2 = _SENTINELS
-    conversation = [{"role": "user", "content": u1}, {"role": "assistant", "content": a1}, {"role": "user", "content": u2}]
+    conversation = [
+        {"role": "user", "content": u1},
+        {"role": "assistant", "content": a1},
+        {"role": "user", "content": u2},
+    ]
     full = _render(tokenizer, conversation, add_generation_prompt=False)
     answered = _render(tokenizer, conversation[:2], add_generation_prompt=False)
     i_u1, i_a1, i_u2 = (_find(tokenizer, full, s) for s in _SENTINELS)
@@ -130,5 +125,26 @@ def stop_strings(tokenizer) -> list[str]:
     header_start = tokenizer.decode(ids_user[:n], skip_special_tokens=False, clean_up_tokenization_spaces=False)
     headers = [header_start.rstrip()] if header_start.strip() else [assistant_header.rstrip(), user_header.rstrip()]
 
-    stops = [user_end, assistant_end, tokenizer.eos_token, *headers]
-    return list(dict.fromkeys(s for s in stops if s and s.strip()))
+    ends = [s for s in dict.fromkeys([user_end, assistant_end, tokenizer.eos_token]) if s and s.strip()]
+    return ends, [h for h in headers if h not in ends]
+
+
+def role_header_starts(tokenizer) -> list[str]:
+    """The stop strings that open another role's header (`<|im_start|>`, `<|start_header_id|>`, `"\\nBot:"`)."""
+    return _turn_markers(tokenizer)[1]
+
+
+def stop_strings(tokenizer) -> list[str]:
+    """Strings that end a generated turn: the template's end-of-turn marker(s), eos, and the start of a role header.
+
+    Found by rendering `[user, assistant, user]` with sentinel contents: what follows a turn's content is its end of
+    turn (`<|im_end|>`, `<|eot_id|>`, `<end_of_turn>`), what precedes the next content is that role's header. The
+    leading tokens shared by the user and assistant headers start any header (`<|im_start|>`, `<|start_header_id|>`,
+    `<start_of_turn>`); templates whose headers share none (`User: ` / `Bot: `) stop on the full headers instead
+    (`"\\nUser:"`, `"\\nBot:"`).
+
+    Raises:
+        [`ChatTemplateError`]: no template, or a template that rejects or mangles the probe conversation.
+    """
+    ends, headers = _turn_markers(tokenizer)
+    return ends + headers

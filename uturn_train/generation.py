@@ -9,22 +9,18 @@ from .chat import stop_strings
 
 
 # `generate()` fills every field it is not given from `model.generation_config` (transformers
-# `_prepare_generation_config`), and chat checkpoints ship sampling defaults there (Qwen3.5: top_k=20, top_p=0.95,
-# temperature=0.6...). Naming the neutral value of each knob that shapes the distribution keeps our decoding plain
+# `_prepare_generation_config`), and chat checkpoints ship sampling defaults there (Qwen3: temperature=0.6, top_k=20,
+# top_p=0.95). Naming the neutral value of each knob that shapes the distribution keeps our decoding plain
 # greedy / plain temperature sampling, whatever the checkpoint says, so results compare across models.
 _PLAIN_DECODING = {
     "num_beams": 1,
-    "top_k": 0,
-    "top_p": 1.0,
-    "min_p": 0.0,
-    "typical_p": 1.0,
-    "epsilon_cutoff": 0.0,
-    "eta_cutoff": 0.0,
     "repetition_penalty": 1.0,
     "no_repeat_ngram_size": 0,
     "min_new_tokens": 0,
     "use_cache": True,
 }
+# Only passed when sampling: greedy ignores them, and transformers warns about sampling flags set for greedy.
+_PLAIN_SAMPLING = {"top_k": 0, "top_p": 1.0, "min_p": 0.0, "typical_p": 1.0, "epsilon_cutoff": 0.0, "eta_cutoff": 0.0}
 
 
 @dataclass
@@ -36,7 +32,8 @@ class Generation:
         finish_reason (`str`): `"stop"` (a stop string or end-of-turn token ended it) or `"length"` (`max_new_tokens`).
         stop (`str` or `None`): the stop string or token that ended it (e.g. `"<|im_end|>"`), `None` on length.
         prompt_tokens (`int`): tokens in the prompt.
-        completion_tokens (`int`): tokens the model generated, the end-of-turn token included.
+        completion_tokens (`int`): tokens generated before the end-of-turn token, which is not counted (the tokens of
+            a stop string are).
     """
 
     text: str
@@ -48,16 +45,16 @@ class Generation:
 
 def _finish(tokenizer, ids: list[int], end_ids: set[int], stops: list[str], prompt_tokens: int) -> Generation:
     # generate() pads a finished row with pad_token_id, which is one of `end_ids`: the row ends at the first of them.
+    # The end token itself is not counted: after a stop string, the same position holds padding, not a token.
     end = next((i for i, token in enumerate(ids) if token in end_ids), len(ids))
-    completion_tokens = end + (end < len(ids))
     text = tokenizer.decode(ids[:end], skip_special_tokens=True)
     # Cut at the earliest stop string, also when the model spelled an end-of-turn token out in plain pieces.
     found = min(((text.find(s), s) for s in stops if s in text), default=None)
     if found is not None:
-        return Generation(text[: found[0]], "stop", found[1], prompt_tokens, completion_tokens)
+        return Generation(text[: found[0]], "stop", found[1], prompt_tokens, end)
     if end < len(ids):
-        return Generation(text, "stop", tokenizer.convert_ids_to_tokens(ids[end]), prompt_tokens, completion_tokens)
-    return Generation(text, "length", None, prompt_tokens, completion_tokens)
+        return Generation(text, "stop", tokenizer.convert_ids_to_tokens(ids[end]), prompt_tokens, end)
+    return Generation(text, "length", None, prompt_tokens, end)
 
 
 def generate(
@@ -103,9 +100,14 @@ def generate(
         raise ValueError(f"temperature must be >= 0 (0 = greedy), got {temperature}")
     if num_samples < 1 or batch_size < 1 or max_new_tokens < 1:
         raise ValueError(
-            f"num_samples, batch_size and max_new_tokens must be >= 1, got {num_samples}, {batch_size}, {max_new_tokens}"
+            "num_samples, batch_size and max_new_tokens must be >= 1, "
+            f"got {num_samples}, {batch_size}, {max_new_tokens}"
         )
+    if not prompts:
+        return []
     stops = stop_strings(tokenizer) if stop is None else list(stop)
+    if not all(stops):
+        raise ValueError(f"stop strings must be non-empty, got {stops}")
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     if pad_id is None:
         raise ValueError(f"the tokenizer of {tokenizer.name_or_path!r} has neither a pad nor an eos token; set one")
@@ -148,13 +150,13 @@ def generate(
                     attention_mask=attention_mask.to(device),
                     max_new_tokens=max_new_tokens,
                     do_sample=sampling,
-                    temperature=temperature if sampling else 1.0,
                     num_return_sequences=k,
                     eos_token_id=sorted(end_ids),
                     pad_token_id=pad_id,
                     stop_strings=string_stops or None,
                     tokenizer=tokenizer if string_stops else None,
                     **_PLAIN_DECODING,
+                    **({"temperature": temperature, **_PLAIN_SAMPLING} if sampling else {}),
                 )
                 completions = output[:, width:].tolist()
                 for row, i in enumerate(batch):

@@ -5,6 +5,8 @@ import os
 
 logger = logging.getLogger(__name__)
 
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
+
 
 def resolve_model_name(name: str) -> str:
     """`testbed` names the project's own tiny Qwen3.5 (built on first use); anything else is passed through."""
@@ -19,16 +21,20 @@ def load_tokenizer(name: str):
     """`AutoTokenizer` (never a processor: TRL treats a Qwen3.5 processor as a vision model) with a chat template."""
     from transformers import AutoTokenizer
 
+    # transformers 5 builds an empty tokenizer from a config alone for some model types (qwen3_5 among them),
+    # so a weights-only folder must be caught here rather than by AutoTokenizer.
+    if os.path.isdir(name) and not any(os.path.exists(os.path.join(name, f)) for f in TOKENIZER_FILES):
+        raise ValueError(
+            f"model directory {name!r} has no tokenizer files ({', '.join(TOKENIZER_FILES)}); save one there with "
+            f"tokenizer.save_pretrained('{name}')"
+        )
     try:
         tokenizer = AutoTokenizer.from_pretrained(name)
     except (OSError, ValueError) as e:
-        hint = (
-            f"the directory has no tokenizer files (tokenizer.json / tokenizer_config.json); save one there with "
-            f"tokenizer.save_pretrained('{name}')"
-            if os.path.isdir(name)
-            else "check the hub name, or pass a local path (the hub is unreachable when HF_HUB_OFFLINE=1)"
-        )
-        raise ValueError(f"could not load a tokenizer from {name!r}: {hint}. ({e})") from e
+        raise ValueError(
+            f"could not load a tokenizer from {name!r}: check the hub name or path (the hub is unreachable when "
+            f"HF_HUB_OFFLINE=1). ({e})"
+        ) from e
     if not tokenizer.chat_template:
         raise ValueError(
             f"the tokenizer of {name!r} has no chat template: the probe renders the user turn with the model's own "

@@ -1,0 +1,199 @@
+"""The follow-up classifier, on real turns from ../shared/data and on hand-made cases for every label."""
+
+import random
+from collections import Counter, defaultdict
+
+import pytest
+
+from uturn_train.probe.classify import LABELS, Verdict, _context, classify_turn
+from uturn_train.tasks import load_task
+
+
+def rate(verdicts, labels) -> float:
+    return sum(v.label in labels for v in verdicts) / len(verdicts)
+
+
+def why(share: float, verdicts) -> str:
+    return f"measured {share:.3f} of {len(verdicts)}; labels: {dict(Counter(v.label for v in verdicts).most_common())}"
+
+
+@pytest.fixture(scope="module")
+def oasst(shared_data):
+    return load_task("oasst", str(shared_data / "oasst" / "en_100_tree.jsonl"))
+
+
+@pytest.fixture(scope="module")
+def gsm8k(shared_data):
+    return load_task("gsm8k", str(shared_data / "gsm8k" / "test.jsonl"))
+
+
+def test_real_followups_are_followups(oasst):
+    verdicts = [classify_turn(e.query, e.answer, e.reference_followup) for e in oasst]
+    # Misses include real turns that are pure thanks or change the subject; 0.81 when written.
+    assert (share := rate(verdicts, {"followup"})) >= 0.78, why(share, verdicts)
+
+
+def test_followups_of_another_conversation_are_mostly_not(oasst):
+    # Pair each real follow-up with the query and answer of a conversation from another tree.
+    others = random.Random(0).sample(list(oasst), len(oasst))
+    verdicts = []
+    for i, e in enumerate(oasst):
+        other = next(o for o in others[i:] + others[:i] if o.meta["message_tree_id"] != e.meta["message_tree_id"])
+        verdicts.append(classify_turn(other.query, other.answer, e.reference_followup))
+    # Generic follow-ups ("Can you explain that more simply?") fit any conversation; 0.30 when written.
+    assert (share := rate(verdicts, {"followup"})) <= 0.32, why(share, verdicts)
+    assert (share := rate(verdicts, {"new_topic"})) >= 0.6, why(share, verdicts)
+
+
+def test_another_answer_to_the_same_query_is_drift(oasst):
+    answers = defaultdict(dict)  # (tree, query) -> {answer message id: answer}
+    for e in oasst:
+        answers[e.meta["message_tree_id"], e.query][e.meta["answer_message_id"]] = e.answer
+    pairs = [(q, a, b) for (_, q), by_id in answers.items() for a in by_id.values() for b in by_id.values() if a != b]
+    assert len(pairs) >= 50
+    verdicts = [classify_turn(query, answer, sibling) for query, answer, sibling in pairs]
+    assert (share := rate(verdicts, {"identity_drift", "repetition"})) >= 0.85, why(share, verdicts)
+    assert (share := rate(verdicts, {"followup"})) <= 0.1, why(share, verdicts)
+
+
+def test_repeating_the_query_or_the_answer(oasst):
+    for turn_of in (lambda e: e.query, lambda e: e.answer):
+        verdicts = [classify_turn(e.query, e.answer, turn_of(e)) for e in oasst]
+        assert (share := rate(verdicts, {"repetition"})) == 1.0, why(share, verdicts)
+
+
+def slightly_edited(text: str) -> str:
+    """Drops every 12th word and changes every 15th, as a model copying a turn with small slips would."""
+    words = text.split()
+    return " ".join("very" if i % 15 == 7 else w for i, w in enumerate(words) if i % 12 != 5)
+
+
+def test_a_slightly_edited_copy_is_repetition(oasst):
+    long_enough = [e for e in oasst if len(e.query.split()) >= 20 and len(e.answer.split()) >= 20]
+    assert len(long_enough) >= 50
+    for turn_of in (lambda e: e.query, lambda e: e.answer):
+        verdicts = [classify_turn(e.query, e.answer, slightly_edited(turn_of(e))) for e in long_enough]
+        assert (share := rate(verdicts, {"repetition"})) >= 0.95, why(share, verdicts)
+
+
+def test_gsm8k_solution_in_the_user_turn_is_drift(gsm8k):
+    # The context holds a bare final answer; the user turn solves the question again, with and without "#### N".
+    for turn_of in (lambda e: e.meta["solution"], lambda e: e.answer.rsplit("\n####", 1)[0]):
+        verdicts = [classify_turn(e.query, f"The answer is {e.gold}.", turn_of(e)) for e in gsm8k]
+        assert (share := rate(verdicts, {"identity_drift"})) >= 0.95, why(share, verdicts)
+
+
+def test_another_gsm8k_question_is_a_new_topic(gsm8k):
+    verdicts = [classify_turn(e.query, e.answer, gsm8k[(i + 1) % len(gsm8k)].query) for i, e in enumerate(gsm8k)]
+    assert (share := rate(verdicts, {"new_topic"})) >= 0.9, why(share, verdicts)
+
+
+def test_mtbench_second_turns_are_followups(shared_data):
+    # Turn 2 was written as a follow-up of turn 1 without seeing an answer; the context has none either.
+    examples = load_task("mtbench", str(shared_data / "mt_bench" / "question.jsonl"))
+    verdicts = [classify_turn(e.query, "", e.reference_followup) for e in examples]
+    assert (share := rate(verdicts, {"followup"})) >= 0.75, why(share, verdicts)
+
+
+def test_instruction_prompts_after_an_unrelated_conversation_are_not_followups(shared_data, oasst):
+    prompts = [e.query for e in load_task("ifeval", str(shared_data / "ifeval" / "input_data.jsonl"))]
+    prompts += [e.query for e in load_task("ifbench", str(shared_data / "ifbench" / "IFBench_test.jsonl"))]
+    contexts = [oasst[i % len(oasst)] for i in range(len(prompts))]
+    verdicts = [classify_turn(c.query, c.answer, prompt) for c, prompt in zip(contexts, prompts)]
+    assert (share := rate(verdicts, {"followup"})) <= 0.1, why(share, verdicts)
+    assert (share := rate(verdicts, {"new_topic"})) >= 0.8, why(share, verdicts)
+
+
+QUERY = (
+    "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
+    "How many clips did Natalia sell altogether in April and May?"
+)
+ANSWER = "In April she sold 48 clips. In May she sold 48 / 2 = 24 clips. Altogether she sold 48 + 24 = 72 clips."
+rng = random.Random(0)
+MASH = " ".join("".join(rng.choice("qwertyuiopasdfghjklzxcvbnm") for _ in range(rng.randint(4, 9))) for _ in range(12))
+SOUP = "".join(rng.choice("!@#$%^&*()_+{}|:<>?~`-=[]\\;',./") for _ in range(80))
+SALAD = "ing Hol .)));  ürü bicycle Tom(expected Municipal --> '../../ Blanc Cos ((_ ( pe mo'inz ط TT Apr Lect "
+SALAD += "];//_ serial"
+
+CASES = {
+    "empty": ["", "  \n\t", "<|im_end|>", "<|eot_id|><|eot_id|>", "</s>", "<end_of_turn>", "<|im_end|>\n<|im_start|>"],
+    "degenerate": [
+        "the " * 40,
+        "Can you explain step 2 again? " * 20,
+        "!" * 60,
+        "谢谢" * 60,
+        "1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16",
+        MASH,
+        SOUP,
+        SALAD,
+    ],
+    "identity_drift": [
+        "<|im_start|>assistant\nNatalia sold 72 clips.",
+        "<|start_header_id|>assistant<|end_header_id|>\n\nShe sold 72 clips.",
+        "<start_of_turn>model\nThe answer is 72.",
+        "<｜Assistant｜>She sold 72 clips.",
+        "Why 24?[/INST] Because 48 / 2 = 24.",
+        "Assistant: She sold 72 clips in total.",
+        "Sure! Here's how to solve it: divide 48 by 2 to get 24, then add 48 and 24.",
+        "I hope this helps! Let me know if you have any other questions.",
+        "As an AI language model, I do not sell clips.",
+        "How can I assist you today?",
+        "You're welcome! Is there anything else I can help you with?",
+        "To solve this, we first find the clips sold in May, 48 / 2 = 24, and then add 48 + 24 = 72.",
+        "**Step 1:** 48 / 2 = 24 clips in May.\n**Step 2:** 48 + 24 = 72 clips in total.\n#### 72",
+        "In May, she sold half of 48, which is 24, so altogether she sold 72 clips.",
+        "Hello! How can I assist you today?",
+        "Okay, the user is asking how many clips Natalia sold. Let me work it out.",
+        "<think>\nOkay, so the user wants the total.\n</think>\n\nShe sold 72 clips altogether.",
+        "Great question! She sold 48 clips in April and 24 in May.",
+    ],
+    "repetition": [QUERY, ANSWER, QUERY.upper(), QUERY.replace("48", "50"), QUERY.split(". ")[1]],
+    "acknowledgement": ["Thanks!", "Thank you so much, that was really helpful!", "Got it, that's all.", "No thanks."],
+    "followup": [
+        "Thanks! Can you also show it for 7?",
+        "Why did you divide 48 by 2?",
+        "What if she had sold 60 clips in April instead?",
+        "I think the answer should be 96, not 72.",
+        "Can you explain it more simply?",
+        "How many clips did she sell in May?",
+        "Can you make a similar problem for me to practice?",
+        "Why did you divide 48 by 2?<|im_end|>",
+        "Thanks, but that's wrong.",
+    ],
+    "new_topic": [
+        "What is the capital of France?",
+        "Write a poem about the ocean.",
+        "Tom has 5 apples and buys 7 more. How many apples does Tom have now?",
+        "How do I bake sourdough bread at home?",
+    ],
+}
+
+
+@pytest.mark.parametrize("label,turn", [(label, turn) for label, turns in CASES.items() for turn in turns])
+def test_hand_made_cases(label, turn):
+    verdict = classify_turn(QUERY, ANSWER, turn)
+    assert verdict.label == label, verdict
+    assert verdict.reason and verdict.is_followup == (label == "followup")
+
+
+def test_a_loop_cut_off_at_the_token_limit():
+    turn = (
+        "Thanks for the explanation! I understand April now, but I am not sure why May is exactly half of April, "
+        "and how the total of 72 follows from it. " + "Could you explain May again? " * 7
+    )
+    # A few repeats at the end of a turn the model ended itself are not a loop; the same, cut off by the limit, are.
+    assert classify_turn(QUERY, ANSWER, turn, finish_reason="stop").label == "followup"
+    assert classify_turn(QUERY, ANSWER, turn, finish_reason="length").label == "degenerate"
+    assert classify_turn(QUERY, ANSWER, "Can you explain how you got 72?", finish_reason="length").label == "followup"
+    loop = "Could you explain May again? " * 30
+    assert classify_turn(QUERY, ANSWER, loop, finish_reason="stop").label == "degenerate"
+
+
+def test_deterministic(oasst):
+    turns = [(e.query, e.answer, e.reference_followup) for e in oasst]
+    first = [classify_turn(*t) for t in turns]
+    _context.cache_clear()
+    assert [classify_turn(*t) for t in turns] == first
+    assert all(isinstance(v, Verdict) and v.label in LABELS and v.reason for v in first)
+    with pytest.raises(AttributeError):
+        first[0].label = "followup"

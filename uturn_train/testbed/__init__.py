@@ -1,0 +1,113 @@
+"""The testbed: a tiny Qwen3.5 that the project pre-trains from scratch, offline, in minutes on a CPU.
+
+It lives in a world of GSM8K-style arithmetic word problems (`world.py`) and of the user turns that follow an answer
+in real chat logs (`turns.py`): grounded follow-ups, thanks, and new unrelated problems. The model answers decently,
+its greedy user turns are almost never follow-ups, and its samples at temperature 1.0 sometimes are: a miniature of
+the situation the user-turn probe measures. Nothing outside this package depends on it, except that the model name
+`testbed` resolves to `ensure_testbed()`.
+
+```bash
+uturn testbed build                  # into $UTURN_HOME/testbed (default ~/.cache/uturn/testbed)
+uturn probe --model testbed --task testbed --limit 200 --temperatures 0 1.0 --samples 4
+```
+"""
+
+import json
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["build_testbed", "ensure_testbed", "testbed_dir"]
+
+
+def testbed_dir() -> Path:
+    """Where the default build lives: `$UTURN_HOME/testbed`, `UTURN_HOME` defaulting to `~/.cache/uturn`."""
+    return Path(os.environ.get("UTURN_HOME", "~/.cache/uturn")).expanduser() / "testbed"
+
+
+def build_testbed(out: str | Path | None = None, *, force: bool = False, seed: int = 0, smoke: bool = False) -> Path:
+    """Pre-train the testbed from scratch and write it, with its data and card, to `out`.
+
+    The build goes to a temporary folder beside `out` that replaces it only when complete, so an interrupted build
+    never leaves a half-written testbed.
+
+    Args:
+        out (`str` or `Path`, *optional*): target folder; defaults to [`testbed_dir`].
+        force (`bool`, *optional*, defaults to `False`): replace an existing build.
+        seed (`int`, *optional*, defaults to `0`): seeds the data, the initialization and the data order; the same
+            seed gives the same weights.
+        smoke (`bool`, *optional*, defaults to `False`): a few steps and a few probed problems (seconds), for
+            plumbing tests; the model is not trained enough to answer.
+
+    Returns:
+        `Path`: the build folder.
+    """
+    from .build import BuildConfig, build
+
+    out = Path(out).expanduser() if out is not None else testbed_dir()
+    if out.exists() and not force:
+        raise ValueError(f"{out} already exists; pass force=True (`uturn testbed build --force`) to rebuild it")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.building-"))
+    try:
+        card = build(tmp, seed=seed, config=BuildConfig.smoke() if smoke else BuildConfig())
+        card["smoke"] = smoke
+        (tmp / "card.json").write_text(json.dumps(card, indent=2) + "\n")
+        (tmp / "CARD.md").write_text(_card_markdown(card))
+        if out.exists():
+            # Two renames, so the old build is only deleted once the new one is in place.
+            old = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.old-"))
+            os.replace(out, old / out.name)
+            os.replace(tmp, out)
+            shutil.rmtree(old)
+        else:
+            os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def ensure_testbed() -> Path:
+    """The default build, built first (several minutes) if it is missing."""
+    path = testbed_dir()
+    if not (path / "card.json").exists():
+        logger.warning("The testbed model is not built yet: building it into %s (a few minutes on a CPU)", path)
+        build_testbed(path, force=path.exists())
+    return path
+
+
+def _card_markdown(card: dict) -> str:
+    c, m, d, probe = card["config"], card["model"], card["data"], card.get("probe")
+    lines = [
+        "# uturn testbed",
+        "",
+        f"A `{m['class']}` with {m['params']:,} parameters ({m['layer_types'].count('linear_attention')} Gated "
+        f"DeltaNet + {m['layer_types'].count('full_attention')} full-attention layers, hidden {c['hidden_size']}, "
+        f"MLP {c['intermediate_size']}) and a byte-level BPE of {m['vocab_size']} tokens with the Qwen3.5 chat "
+        f"template, pre-trained from scratch by `uturn testbed build --seed {card['seed']}`"
+        f"{' (smoke build: barely trained)' if card.get('smoke') else ''}.",
+        "",
+        f"- Training: {c['steps']} steps x {c['batch_size']} rows x {c['seq_len']} tokens, lr {c['lr']} (cosine), "
+        f"{d['train_conversations']:,} conversations ({d['train_tokens']:,} tokens), final loss {card['final_loss']:.3f}.",
+        f"- Second user turns in the mixture: " + ", ".join(f"{k} {v:,}" for k, v in d["train_kinds"].items()) + ".",
+        f"- Built in {card['time_s']['build']:.0f} s ({card['torch_threads']} threads), peak RSS "
+        f"{card['peak_rss_gb']:.2f} GB.",
+        f"- Files: `train.jsonl` (the mixture), `heldout.jsonl` ({d['heldout']} problems never trained on), "
+        f"`heldout_triples.jsonl` (query, answer, real follow-up), `conversations.jsonl` ({d['conversations']} "
+        "conversations with grounded follow-ups, for collaboration SFT).",
+    ]
+    if probe:
+        lines += [
+            "",
+            f"## Probe (self setting, {probe['n_prompts']} held-out problems, greedy and T=1.0 x {probe['samples']})",
+            "",
+            "| accuracy | greedy follow-up rate | T=1.0 follow-up rate |",
+            "|---|---|---|",
+            f"| {probe['accuracy']:.3f} | {probe['followup_rate_T0']:.3f} | {probe['followup_rate_T1']:.3f} |",
+        ]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,293 @@
+"""Build the testbed from scratch: the world's data, a byte-level BPE tokenizer, a tiny Qwen3.5, its pre-training.
+
+Everything is seeded and the number of training steps is fixed, so a build is the same on every machine, only
+slower or faster. `measure` probes the result; its figures go into the card.
+"""
+
+import importlib.util
+import json
+import logging
+import math
+import random
+import resource
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .turns import conversation, followup
+from .world import sample_problem
+
+logger = logging.getLogger(__name__)
+
+TEMPLATE = Path(importlib.util.find_spec("trl").origin).parent / "chat_templates" / "qwen3_5_nothink.jinja"
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+
+
+@dataclass
+class BuildConfig:
+    """What a build does; saved in `card.json`.
+
+    Args:
+        steps (`int`): optimizer steps; fixed, so that the result does not depend on the machine's speed.
+        batch_size, seq_len (`int`): rows of packed conversations per step, and their length in tokens.
+        second_turn (`dict`): shares of the training conversations by what follows the first answer. Most second
+            user turns are new problems and most of those open with the same lead-in, so greedy decoding picks that
+            opening; grounded follow-ups are a minority that sampling reaches (see the feasibility note).
+        ask_rate (`float`): share of answers that end with a question to the user.
+    """
+
+    steps: int = 700
+    batch_size: int = 4
+    seq_len: int = 512
+    lr: float = 3e-3
+    warmup_steps: int = 40
+    weight_decay: float = 0.05
+    vocab_size: int = 1024
+    hidden_size: int = 128
+    num_hidden_layers: int = 4
+    intermediate_size: int = 384
+    n_heldout: int = 500
+    n_conversations: int = 2000  # for collaboration SFT, beside the pre-training mixture
+    probe_limit: int = 200  # held-out problems `measure` probes for the card
+    probe_samples: int = 4
+    second_turn: dict = field(default_factory=lambda: {
+        "single": 0.2, "new_problem": 0.55, "followup": 0.2, "acknowledgement": 0.05})
+    ask_rate: float = 0.15
+
+    @classmethod
+    def smoke(cls) -> "BuildConfig":
+        return cls(steps=12, n_heldout=20, n_conversations=20, probe_limit=4, probe_samples=2)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Data
+def render(messages: list[dict]) -> str:
+    """What `apply_chat_template` renders with the Qwen3.5 template, without jinja (fast enough for the whole mixture).
+
+    Qwen3.5 gives the empty think block only to assistant turns after the last user turn. `build` checks this against
+    the real template on a sample of the mixture.
+    """
+    last_user = max(i for i, m in enumerate(messages) if m["role"] == "user")
+    parts = []
+    for i, m in enumerate(messages):
+        think = "<think>\n\n</think>\n\n" if m["role"] == "assistant" and i > last_user else ""
+        parts.append(f"<|im_start|>{m['role']}\n{think}{m['content'].strip()}<|im_end|>\n")
+    return "".join(parts)
+
+
+def make_heldout(rng: random.Random, n: int) -> list[dict]:
+    """Held-out problems, each with a real follow-up from the world for the heldout setting."""
+    rows, keys = [], set()
+    while len(rows) < n:
+        problem = sample_problem(rng)
+        if problem.key in keys:
+            continue
+        keys.add(problem.key)
+        rows.append({"question": problem.question, "answer": problem.solution,
+                     "followup": followup(rng, problem)[1], "key": problem.key})
+    return rows
+
+
+def make_conversations(rng: random.Random, n: int, mixture: dict, ask_rate: float, avoid: set) -> list[dict]:
+    """`n` conversations whose problems are none of the held-out ones (`avoid`: problem keys)."""
+    rows = []
+    while len(rows) < n:
+        messages, kind, problems = conversation(rng, mixture, ask_rate)
+        if not any(p.key in avoid for p in problems):
+            rows.append({"messages": messages, "kind": kind})
+    return rows
+
+
+def pack(sequences: list[list[int]], rows: int, seq_len: int, pad_id: int):
+    """Pack whole conversations into `rows` fixed-size rows (first fit); returns ids, labels and how many were used.
+
+    Fixed shapes keep memory flat: the linear-attention fallbacks allocate per shape. Padding is ignored by the loss.
+    """
+    import torch
+
+    ids = torch.full((rows, seq_len), pad_id, dtype=torch.long)
+    labels = torch.full((rows, seq_len), -100, dtype=torch.long)
+    fill = [0] * rows
+    row, used = 0, 0
+    for seq in sequences:
+        seq = seq[:seq_len]
+        # First fit over the few rows still open keeps the padding small without reordering the data much.
+        target = next((r for r in range(max(0, row - 8), row + 1) if fill[r] + len(seq) <= seq_len), None)
+        if target is None:
+            row += 1
+            if row == rows:
+                break
+            target = row
+        ids[target, fill[target]: fill[target] + len(seq)] = torch.tensor(seq)
+        labels[target, fill[target]: fill[target] + len(seq)] = torch.tensor(seq)
+        fill[target] += len(seq)
+        used += 1
+    if row < rows:
+        raise ValueError(f"not enough training conversations to fill {rows} rows (filled {row})")
+    return ids, labels, used
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Tokenizer and model
+def train_tokenizer(texts: list[str], vocab_size: int):
+    """Byte-level BPE with Qwen's pre-tokenizer (one token per digit), wrapped with the real Qwen3.5 template."""
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+    from transformers.models.qwen3_5.tokenization_qwen3_5 import PRETOKENIZE_REGEX
+
+    backend = Tokenizer(models.BPE())
+    backend.normalizer = normalizers.NFC()
+    backend.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
+    backend.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    backend.train_from_iterator(texts, trainer)
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                                        chat_template=TEMPLATE.read_text())
+    tokenizer.add_tokens(["<think>", "</think>"])  # as in Qwen3.5: added, but kept when decoding
+    return tokenizer
+
+
+def make_model(tokenizer, config: BuildConfig):
+    """A tiny `Qwen3_5ForCausalLM`: 3 Gated DeltaNet layers and 1 full-attention layer, Qwen3.5-2B's module names."""
+    from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
+
+    text_config = Qwen3_5TextConfig(
+        vocab_size=len(tokenizer), hidden_size=config.hidden_size, intermediate_size=config.intermediate_size,
+        num_hidden_layers=config.num_hidden_layers, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+        linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=32, linear_value_head_dim=32,
+        linear_conv_kernel_dim=4, max_position_embeddings=2048, tie_word_embeddings=True,
+        rope_parameters={"rope_type": "default", "rope_theta": 1e7, "partial_rotary_factor": 0.25,
+                         "mrope_section": [2, 1, 1], "mrope_interleaved": True},
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+    )
+    model = Qwen3_5ForCausalLM(text_config)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model
+
+
+def train(model, ids, labels, config: BuildConfig, disable_progress: bool = False) -> list[float]:
+    """Plain pre-training loop: AdamW, linear warm-up then cosine decay over the fixed number of steps, bf16 autocast.
+
+    Accuracy rises late, as the learning rate anneals, so the schedule spans exactly the steps that will run.
+    """
+    import torch
+    from tqdm.auto import tqdm
+
+    decay = [p for p in model.parameters() if p.ndim >= 2]
+    no_decay = [p for p in model.parameters() if p.ndim < 2]
+    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": config.weight_decay},
+                                   {"params": no_decay, "weight_decay": 0.0}], lr=config.lr, betas=(0.9, 0.95))
+
+    def lr_at(step):
+        if step < config.warmup_steps:
+            return (step + 1) / config.warmup_steps
+        progress = (step - config.warmup_steps) / max(1, config.steps - config.warmup_steps)
+        return 0.5 * (1 + math.cos(math.pi * progress))
+
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_at)
+    model.train()
+    losses = []
+    bar = tqdm(range(config.steps), desc="pre-training the testbed", disable=disable_progress)
+    for step in bar:
+        batch = slice(step * config.batch_size, (step + 1) * config.batch_size)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = model(input_ids=ids[batch], labels=labels[batch]).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+        bar.set_postfix(loss=f"{sum(losses[-20:]) / len(losses[-20:]):.3f}")
+    model.eval()
+    return losses
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+def measure(out_dir: str | Path, limit: int = 200, samples: int = 4) -> dict:
+    """The probe on the held-out problems, self setting, greedy and T=1.0: accuracy and follow-up rates."""
+    from ..models import load_model, load_tokenizer
+    from ..probe.runner import run_probe
+    from ..tasks import load_task
+
+    tokenizer, model = load_tokenizer(str(out_dir)), load_model(str(out_dir), device="cpu")
+    examples = load_task("testbed", data=str(Path(out_dir) / "heldout.jsonl"), limit=limit)
+    summary = run_probe(model, tokenizer, examples, setting="self", temperatures=[0.0, 1.0], samples=samples).summary
+    rates = {f"followup_rate_T{s['temperature']:g}": s["followup_rate"] for s in summary["settings"]}
+    return {"n_prompts": summary["n_prompts"], "accuracy": summary["accuracy"], **rates, "samples": samples,
+            "categories": {f"T{s['temperature']:g}": s["categories"] for s in summary["settings"]}}
+
+
+def _write_jsonl(path: Path, rows) -> None:
+    with path.open("w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+
+
+def build(out: Path, *, seed: int, config: BuildConfig, probe: bool = True) -> dict:
+    """Build into the (empty) directory `out`; returns the card."""
+    import torch
+    from transformers import set_seed
+
+    start = time.perf_counter()
+    set_seed(seed)
+    rng = random.Random(seed)
+    heldout = make_heldout(rng, config.n_heldout)
+    avoid = {r.pop("key") for r in heldout}
+    sft = make_conversations(rng, config.n_conversations, {"followup": 1.0}, config.ask_rate, avoid)
+
+    # The mixture, in chunks until every step's rows can be filled; the tokenizer learns from the first chunk.
+    mixture = make_conversations(rng, 2000, config.second_turn, config.ask_rate, avoid)
+    tokenizer = train_tokenizer([render(r["messages"]) for r in mixture], config.vocab_size)
+    for row in mixture[:50]:
+        if tokenizer.apply_chat_template(row["messages"], tokenize=False) != render(row["messages"]):
+            raise RuntimeError("the fast renderer no longer matches the Qwen3.5 template; fix `render`")
+    eot = tokenizer.pad_token  # conversations are separated like documents in pre-training
+    sequences = tokenizer([render(r["messages"]) + eot for r in mixture])["input_ids"]
+    while sum(map(len, sequences)) < 1.05 * config.steps * config.batch_size * config.seq_len:
+        more = make_conversations(rng, 2000, config.second_turn, config.ask_rate, avoid)
+        mixture += more
+        sequences += tokenizer([render(r["messages"]) + eot for r in more])["input_ids"]
+    ids, labels, used = pack(sequences, config.steps * config.batch_size, config.seq_len, tokenizer.pad_token_id)
+    mixture = mixture[:used]
+
+    model = make_model(tokenizer, config)
+    data_s = time.perf_counter() - start
+    losses = train(model, ids, labels, config)
+    train_s = time.perf_counter() - start - data_s
+
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    _write_jsonl(out / "train.jsonl", mixture)
+    _write_jsonl(out / "heldout.jsonl", ({"question": r["question"], "answer": r["answer"]} for r in heldout))
+    _write_jsonl(out / "heldout_triples.jsonl",
+                 ({"query": r["question"], "answer": r["answer"], "followup": r["followup"]} for r in heldout))
+    _write_jsonl(out / "conversations.jsonl", ({"messages": r["messages"]} for r in sft))
+
+    kinds = {}
+    for r in mixture:
+        kinds[r["kind"]] = kinds.get(r["kind"], 0) + 1
+    card = {
+        "seed": seed,
+        "config": asdict(config),
+        "model": {"class": type(model).__name__, "params": sum(p.numel() for p in model.parameters()),
+                  "layer_types": model.config.layer_types, "vocab_size": len(tokenizer)},
+        "data": {"train_conversations": len(mixture), "train_kinds": kinds,
+                 "train_tokens": int((labels != -100).sum()), "heldout": len(heldout),
+                 "heldout_triples": len(heldout), "conversations": len(sft)},
+        "final_loss": sum(losses[-20:]) / len(losses[-20:]),
+        "time_s": {"data": round(data_s, 1), "train": round(train_s, 1),
+                   "build": round(time.perf_counter() - start, 1)},
+        "peak_rss_gb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
+        "torch_threads": torch.get_num_threads(),
+    }
+    if probe:
+        t = time.perf_counter()
+        card["probe"] = measure(out, limit=config.probe_limit, samples=config.probe_samples)
+        card["time_s"]["probe"] = round(time.perf_counter() - t, 1)
+    return card
