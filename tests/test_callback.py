@@ -120,7 +120,8 @@ def test_wandb_offline_records_probe_scalars(tiny_qwen_dir, gsm8k_file, tmp_path
     expected = [h for h in trainer.state.log_history if "probe/followup_rate/T0.0" in h]
     assert [r["train/global_step"] for r in probed] == [0, 2]
     assert [r["train/probe/followup_rate/T1.0"] for r in probed] == [h["probe/followup_rate/T1.0"] for h in expected]
-    assert any("probe/samples" in r for r in rows), "the samples table was logged"
+    tables = [r for r in rows if "probe/samples/nrows" in r]  # the incremental samples table: one increment of 15 rows a probe
+    assert [(t["probe/samples/nrows"], t["probe/samples/increment_num"]) for t in tables] == [(15, 0), (30, 1)]
 
 
 def _launch(args, out, model_dir, data, timeout=900):

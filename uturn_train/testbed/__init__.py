@@ -92,7 +92,7 @@ def _card_markdown(card: dict) -> str:
         f"template, pre-trained from scratch by `uturn testbed build --seed {card['seed']}`"
         f"{' (smoke build: barely trained)' if card.get('smoke') else ''}.",
         "",
-        f"- Training: {c['steps']} steps x {c['batch_size']} rows x {c['seq_len']} tokens, lr {c['lr']} (cosine), "
+        f"- Training: {c['steps']} steps x {c['tokens_per_step']} tokens (one conversation per row), lr {c['lr']} (cosine), "
         f"{d['train_conversations']:,} conversations ({d['train_tokens']:,} tokens), final loss {card['final_loss']:.3f}.",
         f"- Second user turns in the mixture: " + ", ".join(f"{k} {v:,}" for k, v in d["train_kinds"].items()) + ".",
         f"- Built in {card['time_s']['build']:.0f} s ({card['torch_threads']} threads), peak RSS "

@@ -29,7 +29,7 @@ class BuildConfig:
 
     Args:
         steps (`int`): optimizer steps; fixed, so that the result does not depend on the machine's speed.
-        batch_size, seq_len (`int`): rows of packed conversations per step, and their length in tokens.
+        tokens_per_step (`int`): rows x padded length of each step's batch (one conversation per row).
         second_turn (`dict`): shares of the training conversations by what follows the first answer. Most second
             user turns are new problems and most of those open with the same lead-in, so greedy decoding picks that
             opening; grounded follow-ups are a minority that sampling reaches (see the feasibility note).
@@ -37,8 +37,7 @@ class BuildConfig:
     """
 
     steps: int = 700
-    batch_size: int = 4
-    seq_len: int = 512
+    tokens_per_step: int = 2048
     lr: float = 3e-3
     warmup_steps: int = 40
     weight_decay: float = 0.05
@@ -98,33 +97,42 @@ def make_conversations(rng: random.Random, n: int, mixture: dict, ask_rate: floa
     return rows
 
 
-def pack(sequences: list[list[int]], rows: int, seq_len: int, pad_id: int):
-    """Pack whole conversations into `rows` fixed-size rows (first fit); returns ids, labels and how many were used.
+BUCKETS = (128, 192, 256)
 
-    Fixed shapes keep memory flat: the linear-attention fallbacks allocate per shape. Padding is ignored by the loss.
+
+def plan_batches(lengths: list[int], steps: int, tokens_per_step: int) -> list[tuple[int, list[int]]] | None:
+    """Group conversations into `steps` batches of one conversation per row, padded to a length bucket.
+
+    A row holds a single conversation, as the probe's prompts do: with several per row the model must also learn to
+    ignore the earlier ones, and it learns to copy names and numbers from the question much later. A few fixed shapes
+    (rows x bucket = `tokens_per_step`) keep memory flat, since the linear-attention fallbacks allocate per shape.
+    Batches come in the order they fill, which follows the data's. Returns `(bucket, indices)` per batch, or None if
+    there are not enough conversations yet.
     """
+    open_rows = {b: [] for b in BUCKETS}
+    plan = []
+    for index, n in enumerate(lengths):
+        bucket = next((b for b in BUCKETS if n <= b), None)
+        if bucket is None:
+            continue  # longer than any bucket: rare, and never cut in half
+        open_rows[bucket].append(index)
+        if len(open_rows[bucket]) == tokens_per_step // bucket:
+            plan.append((bucket, open_rows[bucket]))
+            open_rows[bucket] = []
+            if len(plan) == steps:
+                return plan
+    return None
+
+
+def to_tensors(sequences: list[list[int]], bucket: int, pad_id: int):
+    """Right-padded `input_ids` and `labels` (-100 on padding) of one batch."""
     import torch
 
-    ids = torch.full((rows, seq_len), pad_id, dtype=torch.long)
-    labels = torch.full((rows, seq_len), -100, dtype=torch.long)
-    fill = [0] * rows
-    row, used = 0, 0
-    for seq in sequences:
-        seq = seq[:seq_len]
-        # First fit over the few rows still open keeps the padding small without reordering the data much.
-        target = next((r for r in range(max(0, row - 8), row + 1) if fill[r] + len(seq) <= seq_len), None)
-        if target is None:
-            row += 1
-            if row == rows:
-                break
-            target = row
-        ids[target, fill[target]: fill[target] + len(seq)] = torch.tensor(seq)
-        labels[target, fill[target]: fill[target] + len(seq)] = torch.tensor(seq)
-        fill[target] += len(seq)
-        used += 1
-    if row < rows:
-        raise ValueError(f"not enough training conversations to fill {rows} rows (filled {row})")
-    return ids, labels, used
+    ids = torch.full((len(sequences), bucket), pad_id, dtype=torch.long)
+    labels = torch.full_like(ids, -100)
+    for row, seq in enumerate(sequences):
+        ids[row, : len(seq)] = labels[row, : len(seq)] = torch.tensor(seq)
+    return ids, labels
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -170,7 +178,7 @@ def make_model(tokenizer, config: BuildConfig):
     return model
 
 
-def train(model, ids, labels, config: BuildConfig, disable_progress: bool = False) -> list[float]:
+def train(model, data: list, config: BuildConfig, disable_progress: bool = False) -> list[float]:
     """Plain pre-training loop: AdamW, linear warm-up then cosine decay over the fixed number of steps, bf16 autocast.
 
     Accuracy rises late, as the learning rate anneals, so the schedule spans exactly the steps that will run.
@@ -192,11 +200,10 @@ def train(model, ids, labels, config: BuildConfig, disable_progress: bool = Fals
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_at)
     model.train()
     losses = []
-    bar = tqdm(range(config.steps), desc="pre-training the testbed", disable=disable_progress)
-    for step in bar:
-        batch = slice(step * config.batch_size, (step + 1) * config.batch_size)
+    bar = tqdm(data, desc="pre-training the testbed", disable=disable_progress)
+    for ids, labels in bar:
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            loss = model(input_ids=ids[batch], labels=labels[batch]).loss
+            loss = model(input_ids=ids, labels=labels).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
@@ -247,18 +254,18 @@ def build(out: Path, *, seed: int, config: BuildConfig, probe: bool = True) -> d
     for row in mixture[:50]:
         if tokenizer.apply_chat_template(row["messages"], tokenize=False) != render(row["messages"]):
             raise RuntimeError("the fast renderer no longer matches the Qwen3.5 template; fix `render`")
-    eot = tokenizer.pad_token  # conversations are separated like documents in pre-training
+    eot = tokenizer.pad_token  # ends each conversation, as documents end in pre-training
     sequences = tokenizer([render(r["messages"]) + eot for r in mixture])["input_ids"]
-    while sum(map(len, sequences)) < 1.05 * config.steps * config.batch_size * config.seq_len:
+    while (plan := plan_batches(list(map(len, sequences)), config.steps, config.tokens_per_step)) is None:
         more = make_conversations(rng, 2000, config.second_turn, config.ask_rate, avoid)
         mixture += more
         sequences += tokenizer([render(r["messages"]) + eot for r in more])["input_ids"]
-    ids, labels, used = pack(sequences, config.steps * config.batch_size, config.seq_len, tokenizer.pad_token_id)
-    mixture = mixture[:used]
+    data = [to_tensors([sequences[i] for i in rows], bucket, tokenizer.pad_token_id) for bucket, rows in plan]
+    mixture = [mixture[i] for i in sorted(i for _, rows in plan for i in rows)]
 
     model = make_model(tokenizer, config)
     data_s = time.perf_counter() - start
-    losses = train(model, ids, labels, config)
+    losses = train(model, data, config)
     train_s = time.perf_counter() - start - data_s
 
     model.save_pretrained(out)
@@ -278,7 +285,7 @@ def build(out: Path, *, seed: int, config: BuildConfig, probe: bool = True) -> d
         "model": {"class": type(model).__name__, "params": sum(p.numel() for p in model.parameters()),
                   "layer_types": model.config.layer_types, "vocab_size": len(tokenizer)},
         "data": {"train_conversations": len(mixture), "train_kinds": kinds,
-                 "train_tokens": int((labels != -100).sum()), "heldout": len(heldout),
+                 "train_tokens": sum(int((labels != -100).sum()) for _, labels in data), "heldout": len(heldout),
                  "heldout_triples": len(heldout), "conversations": len(sft)},
         "final_loss": sum(losses[-20:]) / len(losses[-20:]),
         "time_s": {"data": round(data_s, 1), "train": round(train_s, 1),

@@ -1,0 +1,272 @@
+"""The English cues the follow-up classifier reads: word lists, and phrases compiled to regular expressions.
+
+Phrases made by `phrases` match whole words of a turn's words joined by single spaces (`" show it for 5 "`): Python's
+`re` finds a pattern that starts with a plain space far faster than one that starts with `\\b`. The others match the
+lowercased text, where punctuation is kept.
+"""
+
+import re
+
+
+def phrases(*alternatives: str) -> re.Pattern:
+    """Any of `alternatives`, as whole words of a space-joined word string."""
+    return re.compile(" (?:" + "|".join(alternatives) + ")(?= )")
+
+
+# Chat-template markup. Special tokens look alike across templates (`<|im_start|>`, `<|eot_id|>`, `<｜Assistant｜>`,
+# `<start_of_turn>`, `</s>`, `[INST]`), so they are matched by shape; a role header is such a token next to a role.
+_TOKEN = r"(?:<[|｜][^<>\n]{0,40}?[|｜]>|</?(?:s|eos|bos|pad|unk|think|[a-z]+(?:_[a-z]+)+)>|\[/?INST\])"
+_ASSISTANT_ROLE = r"(?:assistant|model|bot|chatbot|gpt|ai)"
+ASSISTANT_HEADER = re.compile(
+    rf"{_TOKEN}[ \t]*\n?[ \t]*{_ASSISTANT_ROLE}\b"  # <|im_start|>assistant, <start_of_turn>model
+    rf"|<[|｜]\s*{_ASSISTANT_ROLE}\s*[|｜]>"  # <|assistant|>, <｜Assistant｜>
+    r"|\[/INST\]"  # Llama-2 and Mistral: what follows [/INST] is the assistant's
+    r"|^[ \t]*(?:#+[ \t]*)?(?:\*\*)?(?:ai[ \t]+)?assistant(?:\*\*)?[ \t]*:",  # "Assistant:", "### Assistant:"
+    re.IGNORECASE | re.MULTILINE,
+)
+MARKUP = re.compile(rf"{_TOKEN}(?:[ \t]*(?:user|human|prompter|system)\b)?", re.IGNORECASE)
+
+# Words. Content words leave out function words and words too generic to show that a turn refers to *this* exchange.
+WORD = re.compile(r"[a-z0-9]+(?:[.,'][a-z0-9]+)?")
+STOPWORDS = frozenset(
+    """a about above after again against all also am an and any are as at be because been before being below between
+    both but by can cannot could did do does doing down during each else even ever every few for from further had has
+    have having he her here hers herself him himself his how however i if in into is it its itself just let me might
+    more most much must my myself no nor not now of off on once only or other ought our ours ourselves out over own
+    same shall she should so some such than that the their theirs them themselves then there these they this those
+    though through to too under until up upon us very was we were what when where whether which while who whom whose
+    why will with would yet you your yours yourself yourselves ok okay yes yeah yep nope oh hi hello hey please pls
+    thanks thank thx wow can't don't doesn't didn't isn't aren't wasn't won't wouldn't couldn't shouldn't i'm i've
+    i'd i'll it's that's what's there's you're you've you'd you'll let's dont doesnt didnt cant im without within
+    along across toward towards among via etc since""".split()
+)
+GENERIC = """question problem answer explain explanation example help helpful tell know think thought mean meant want
+    need like good great best better bad sure really actually thing way use used using make made get got give show
+    write say said see look looking find try going come take lot kind sort new different another many something
+    anything everything nothing someone anyone one two first second third last next still well right wrong true false
+    correct simple simpler simply detail detailed information info less part step point idea work time instead maybe
+    possible specific general certain basically exactly stuff whole bit little long short able following previous
+    response reply text list describe description provide suggest suggestion recommend understand clarify elaborate
+    expand continue rewrite case option word sentence per total half twice amount number left advice tip topic enough
+    change start begin add create done found trying other others making getting having things ways include ask
+    important""".split()
+
+# A capitalised word inside a sentence: a name, which gives a request a subject of its own ("... live in Japan?").
+NAME = re.compile(r"(?<=[a-z0-9,;:] )[A-Z][A-Za-z0-9]+(?:[-.'][A-Za-z0-9]+)*")
+
+# The assistant's voice. Stock phrases (offers, sign-offs, self-description, solution markers) settle it.
+HELPER = phrases(
+    r"i hope (?:this|that|it|my|the)(?: [a-z']+){0,6}? (?:helps?|clarifies|answers|is useful|assists)",
+    r"hope (?:this|that) helps|let me know (?:if|and)|feel free to|here to help|don't hesitate to",
+    r"anything else (?:i|we|you'd|you would|you|that you)? ?(?:can|could|might|may|like|need)",
+    r"(?:how|what) (?:else )?(?:can|may) i (?:help|assist|do for)|(?:can|may) i (?:help|assist) you",
+    r"would you (?:like|want) me to|you(?:'d| would) like me to|would you like (?:to know|more|any|a)",
+    r"what (?:else )?would you like to (?:know|do|discuss|talk about|learn)|can i (?:provide|help with) anything",
+    r"do you have (?:any )?(?:other |more |further )?questions|i(?:'ve| have| was| am) (?:been )?trained (?:on|by)",
+    r"as an? (?:text based )?ai|as a (?:large )?language model",
+    r"i(?:'m| am) (?:just )?an? (?:ai|artificial|open source|language model|virtual|chatbot|assistant)",
+    r"i (?:cannot|can't|am unable to|am not able to) (?:help you|assist you|browse|access the internet|access real)",
+    r"(?:i'd|i would|i'm|i am) (?:be )?(?:happy|glad|delighted) to (?:help|assist|explain|provide)",
+    r"(?:happy|glad) (?:i could |to )help|you(?:'re| are) (?:very |most |quite |so )?welcome",
+    r"thanks? (?:you )?for (?:your question|asking|reaching out|the question|contacting)",
+    r"the user (?:is asking|has asked|asked (?:me|about|for|how|what|whether)|wants (?:to know|me to)|is requesting)",
+    r"final answer is|let's (?:break (?:it|this) down|calculate|solve|compute|denote|think step by step|work through)",
+    r"(?<=^ )(?:great|good|excellent|interesting) question|that's a (?:great|good|excellent|interesting) question",
+)
+HELPER_OPENING = re.compile(
+    r"\W*(?:sure|certainly|of course|absolutely)\b[!,.]?\s*(?:thing[!,.]?\s*)?(?:here(?:'s| is| are)\b|"
+    r"i(?:'ll| will|'d| would| can)\b|let(?:'s| me)\b)"
+)
+# Other cues only weigh in. Openings an answer has, but a user's may too ("Here is my code: ...").
+ANSWER_OPENING = re.compile(
+    r"\W*(?:(?:sure|certainly|of course|absolutely)\b[!.,]\s*\S|here(?:'s| is| are) (?:a|an|the|some|how|what|why|"
+    r"\d+|several|few|more)\b)"
+)
+# Explaining and advising: "you can ...", "if you ...", "here are", "additionally".
+EXPLAINS = phrases(
+    r"you(?:'ll|'d| will| can| could| should| might| may| must| need| have to| want to| would)",
+    r"(?<! as )if you|keep in mind|note that|it(?:'s| is) (?:important|recommended|advisable|best|a good idea)",
+    r"here (?:are|is)|there are (?:many|several|a few|some|various|two|three|a number)|depend(?:s|ing)? on",
+    r"additionally|in addition|furthermore|moreover|overall|in other words|this is because",
+    r"(?:this|which) (?:means|allows|helps|ensures)|based on (?:your|the information)|in summary|in conclusion",
+    r"to summarize|i apologi[sz]e|i(?:'m| am) sorry (?:for|about|but|if)",  # a user may apologize too
+)
+# What the assistant made or holds, that a user asks about ("your answer", "your code").
+_ITS_OWN = (
+    r"answer|response|reply|explanation|example|solution|code|list|script|suggestion|approach|method|version|story|"
+    r"poem|essay|joke|text|thought|opinion|view|name|training|knowledge|creator|developer|logo|own|previous|last|first|"
+    r"second|third|earlier|original|above|help|advice|recommendation|idea|point|output|program|source|data|model|"
+    r"capabilit|abilit|limitation|favou?rite|perspective|context|memory|purpose|instruction|rule|strateg|work|input|"
+    r"feedback|plan|draft|outline|summary|translation|calculation|assumption|claim|statement|reasoning|logic"
+)
+# Talking about the user's things ("your eyes", "your app"), where a user talks about the assistant's ("your answer").
+YOUR_THING = phrases(rf"your (?!(?:{_ITS_OWN})[a-z]*(?= ))[a-z0-9']+")
+STRUCTURE = re.compile(r"^[ \t]*(?:[-*•]|\d+[.)]|#{1,4}|```|step \d+)[ \t]", re.MULTILINE)
+EQUATION = re.compile(r"\d(?: ?[a-z/%]+){0,2} ?[-+*/×x÷] ?\$?\.?\d[\d.,]*(?: ?[a-z/%]+){0,2} ?= ?\$?\d|<<[^<>]*>>")
+
+# The user's voice. Verbs a request opens with; not the ones an answer advises with ("try", "use", "consider").
+_REQUEST_VERB = (
+    r"(?:add|adjust|alter|amend|answer|calculate|change|clarify|come up|compare|compose|compute|continue|convert|"
+    r"correct|count|craft|create|define|describe|design|determine|dive|double|draft|draw|edit|elaborate|embed|"
+    r"estimate|evaluate|expand|explain|express|extend|find|finish|fix|format|generate|give|help|identify|imagine|"
+    r"implement|improve|include|incorporate|let's|list|make(?! sure)|modify|name|outline|paraphrase|pick|plot|pretend|"
+    r"prove|provide|rank|recommend|redo|reformulate|remove|rephrase|replace|repeat|reword|rework|rewrite|revise|say|"
+    r"shorten|show|simplify|solve|sort|specify|suggest|summari[sz]e|take|teach|tell|translate|update|verify|walk|"
+    r"write)\b"
+)
+# How a user turn opens when it asks without a question mark ("what is contour lines", "Explain it line by line").
+ASK_OPENING = re.compile(
+    r"\W*(?:(?:and|but|so|ok|okay|then|also|now|well|great|cool|nice|perfect|yes|no|wait|hmm|please|ah|oh|thanks|"
+    r"thank you)[,.!]?\s+)*(?:(?:what|why|how|when|where)(?:'s|\s+(?:is|are|was|were|do|does|did|can|could|would|will|"
+    r"should|to|about|many|much|long|often|if|else|kind|type|sort|exactly))\b|(?:which|who|whom|whose|is|are|was|"
+    rf"were|do|does|did|can|could|would|will|should|shall|any|now)\b|{_REQUEST_VERB})"
+)
+# A request further in, after some context: "... If there were 20 helmets, calculate the total."
+ASK_LATER = re.compile(rf"[.!?:;,\n]\s*(?:now |please )?{_REQUEST_VERB}")
+ASK_PHRASE = phrases(
+    r"please|pls|plz|(?:can|could|would|will) (?:you|u|we)|help me|tell me|give me|show me",
+    r"i(?: would|'d) like|(?<! all )i (?:want|wanted|need|needed|wish)(?! to thank)",
+    r"i(?:'m| am) (?:looking|trying|asking|wondering|curious|interested|confused|not sure)",
+    r"i was (?:wondering|hoping|asking)|i meant|i have (?:a|another|one more) (?:question|problem|issue)",
+    r"i (?:don't|do not|didn't|still don't) (?:understand|get|see|mean|think|know|like|want)",
+    r"what about|how about|what if|and (?:for|in|with|if)|instead|what happens (?:next|now|then|if|when|to)|now what",
+)
+FIRST_PERSON = phrases(r"i|i'm|i've|i'd|me|my")
+# A short statement still reads as the user's when it reacts: to the assistant, or to "that" ("Yes, that's correct"
+# is not among them: an answer opens that way too). Pushing back does as well, unless the statement restates the
+# answer, which may well say "not" itself.
+REACTS = phrases(
+    r"you|your|you're|wrong|incorrect|mistake|hmm|lol|haha|(?<=^ )(?:wait|oh)",
+    r"(?:that|this|it)(?:'s| is| was| isn't| doesn't| does) (?:not|wrong|incorrect|false|untrue|bad|terrible|useless|"
+    r"confusing|unclear|weird|strange|funny|boring|disappointing)",
+)
+PUSHBACK = phrases(r"no|nope|not|never|but|however|though|actually|wrong|incorrect|mistake|[a-z]+n't")
+THANKS = re.compile(
+    r"\b(?:i (?:want|wanted|would like|'d like) to |no )?(?:thanks?|thx|appreciate[sd]?|grateful)\b"
+    r"(?: (?:you|u|so much|a lot|very much|again|a bunch|a ton|for [^.?!\n]{0,60}))*"
+)
+CLOSER = phrases(
+    r"(?:that's|that is) all(?: i (?:need|needed|wanted))?|bye|goodbye|good night|have a (?:nice|good|great) [a-z]+",
+    r"take care|got it|makes sense|that (?:helps|helped|works|worked)|i (?:see|understand)|no more questions",
+    r"(?:(?:this|that|it)(?:'s| is| was) (?:very |really |so )?)?(?:great|helpful|perfect|awesome|useful|clear|amazing|"
+    r"good|nice|interesting|cool|wonderful|excellent|ok|okay|alright|wow|brilliant|fantastic|lovely)",
+    r"i(?:'ll| will) (?:try|give|do) (?:it|that|this)(?: a try)?",
+)
+# The answer ends by asking the user for something: a question, or "please provide the text".
+ASKS_USER = re.compile(
+    r"\?|\bplease (?:provide|share|send|paste|give|tell|describe|specify|clarify|upload|post|write|enter|let me know "
+    r"(?:what|which|how|whether))\b"
+)
+# The turn hands over what the assistant asked for ("Yes, here's the abstract: ...", "Here is my code").
+SUPPLIES = re.compile(r"\W*(?:(?:yes|yeah|ok|okay|sure)\b[,.!]?\s*here(?:'s| is| are)\b|here(?:'s| is| are) my\b)")
+
+# References back to the conversation, from the surest to the weakest; a request that makes one is a follow-up
+# unless it brings a subject of its own, and the weaker the reference, the fewer new words that takes.
+# Sure: they can point nowhere else, or only at the answer ("you said", "rewrite your explanation", "the above code").
+_ARTIFACT = (
+    r"answers?|responses?|reply|replies|explanations?|examples?|solutions?|code|lists?|scripts?|programs?|functions?|"
+    r"methods?|approach(?:es)?|versions?|suggestions?|recommendations?|stor(?:y|ies)|poems?|essays?|articles?|"
+    r"outlines?|text|tasks?|sections?|paragraphs?|sentences?|steps?|points?|options?|ideas?|ones?|tips?|strateg(?:y|"
+    r"ies)|plans?|drafts?|summary|summaries|translations?|tables?|jokes?|titles?|headings?|lines?|questions?|topic|"
+    r"subject|algorithm|formula|equation|calculations?|results?|output|snippet|advice|instructions?|sources?|links?|"
+    r"references?|claims?|statements?|reasons?|arguments?|facts?|numbers?|names?|words?|books?|resources?|tools?"
+)
+POINTS_BACK = phrases(
+    r"your (?:previous|earlier|last|first|second|third|above|own|original|\d+ ?(?:st|nd|rd|th))",
+    r"you (?:just |have |had )?(?:(?!(?:n|f|s|sp|bl|br|proc|succ|exc|ind)eed )[a-z]+ed|said|wrote|gave|made|did|got|"
+    r"put|chose|took|meant|left|found|thought|forgot|told|showed|brought|ran|set|went)",
+    r"you (?:don't|didn't|did not|do not|haven't|have not|never|can't) (?:know|understand|get|answer|mention|explain|"
+    r"say|provide|give|include|address|consider|account|read|see|realize|remember)",
+    r"(?:why|how|where) did you|did you (?:mean|say)|(?:what|how) about|what if|(?:do|the) same (?:for|with|but|thing)",
+    r"(?:do|try|redo|repeat) (?:it|this|that|the same(?: [a-z]+)?) again",
+    # "your answer" is the last one when it is reworked or judged, not when it is the next ("give your answer in ...")
+    r"(?:(?:explain|rewrite|revise|change|clarify|rephrase|simplify|shorten|expand|improve|fix|correct|check|modify|"
+    r"edit|update|reformulate|implement|apply|follow|use|try|about|on|from) your (?:answer|response|reply|"
+    r"explanation|solution|suggestions?|approach|method|strateg(?:y|ies)|plan|code|example|list|story|poem|essay|"
+    r"outline|draft)|your (?:answers?|responses?|reply|explanations?|solutions?|suggestions?|approach|methods?|"
+    r"strateg(?:y|ies)|plans?|code) (?:(?:is|are|was|were) (?:wrong|incorrect|not|nothing|too|confusing|unclear|"
+    r"missing|outdated|useless|bad|great|good)|isn't|aren't|wasn't|doesn't|don't|didn't|seems?|sounds?|looks?|says|"
+    r"said|mentions|mentioned|changes?|would change))",
+    r"are you (?:sure|certain|kidding|serious|joking)|not what i (?:asked|meant|wanted|said)|i meant|why not",
+)
+# Strong: a demonstrative ("this algorithm", "these suggestions"), "that" or "they" standing for something said
+# before ("Is that still a thing?", "Are they free?", "caused by this?"), a clipped question ("Do I have to?", "which
+# is best?"), a rework of something already there ("make it shorter", "explain more simply", "in more detail"), a
+# turn that opens with "But" or "And", and a challenge ("Is that true?").
+# Verbs that rework a text that is already there.
+_EDIT = (
+    r"add|remove|delete|drop|cut|change|modify|edit|fix|correct|shorten|lengthen|expand|extend|simplify|rephrase|"
+    r"reword|rewrite|redo|translate|summari[sz]e|condense|continue|finish|improve|refine|polish|revise|update|adjust|"
+    r"tweak|convert|reformat|format|rank|sort|reorder|elaborate|clarify|comment|annotate|paraphrase"
+)
+_MANNER = (
+    r"simply|simple|clearly|clear|concise|concisely|briefly|brief|formal|formally|casual|detailed|technical|"
+    r"professional|polite|serious|funny|fun|interesting|engaging|readable|natural|specific|precise|accurate"
+)
+STRONG_REFERENCE = re.compile(
+    "|".join(
+        (
+            r"\bthis (?!(?:week|weekend|year|month|morning|afternoon|evening|night|time|summer|winter|spring|fall|"
+            r"autumn|season|semester|century|decade|way|kind|sort|type|is|was|will|would|can|could|should|has|does|"
+            r"may|might|must|one|and|or|to|in|for|with)\b)[a-z]{3,}",
+            rf"\b(?:these|those) (?:[a-z]+ )?(?:{_ARTIFACT})\b|\b(?:that|your) (?!(?:answer|response|reply)\b)"
+            rf"(?:{_ARTIFACT})\b",
+            r"\b(?:this|that|them|these|those)(?: (?:too|again|out|up|in|down|instead|as well|please|anyway))?\s*"
+            r"(?:[?!.,;:)]|$)",
+            r"(?:^|[.?!;,]\s*|\b(?:and|but|so|or|then) )(?:is|are|was|were|does|do|did|can|could|will|would|should|"
+            r"has|have|isn't|aren't|doesn't|don't|didn't|can't|won't|wouldn't) (?:this|that|they|these|those|"
+            r"it (?!(?:\w+ ){0,2}(?:to|that|if|whether|when)\b))",
+            r"(?:^|[.?!;]\s*)(?:this|that|they|these|those)(?:'s|'re| is| are| was| were| does| do| did| doesn't| "
+            r"don't| didn't| isn't| aren't| would| will| can| could| should| seems?| sounds?| looks?| works?)\b",
+            r"\b(?:have|has|want|need|supposed|going|able|ought|got) to\s*[?.!]",
+            r"\bwhich (?:ones?\s*[?.!]|of (?:them|these|those)|(?:one |ones )?(?:is|are|would be|will be) (?:the )?"
+            r"(?:best|better|worse|cheaper|easier|faster|safer|cheapest|easiest|fastest|safest)\s*[?.!,])",
+            r"\b(?:make|keep|write|rewrite|explain|say|put|phrase|describe|summari[sz]e|word) (?:it |this |that |"
+            r"them |these |those |everything |the [a-z]+ )?(?:a (?:bit|little|lot) |much |even |slightly |way )?"
+            rf"(?:(?:more|less)(?=\s*(?:[?.!,]|$)| (?:{_MANNER})\b)|shorter|longer|simpler|easier|clearer|larger|"
+            r"bigger|smaller|funnier|briefer|simply|concise|formal|casual)\b",
+            rf"\b(?:{_EDIT}|explain)(?: me)? (?:the|your|this|that|these|those) (?:[a-z]+ )?(?:{_ARTIFACT})\b",
+            r"\bmake (?:it|this|that|them) (?:a (?:bit|little|lot) |much |even |slightly |way )?(?:more|less) [a-z]+",
+            r"\b(?:in|into) (?:more|greater|further|much more) detail|\bin (?:simpler|plainer|easier|other|fewer) "
+            rf"(?:terms|words)|\b(?:more|less) (?:{_MANNER})\b",
+            r"\b(?:on|about) (?:the|this|that) (?:topic|subject|matter)\b(?! of)",
+            r"^\W*(?:but|and|or)\b",
+            r"\b(?:the|these|those|that|this) (?:above|aforementioned|previous|preceding|earlier|corresponding|"
+            r"mentioned|listed|suggested) (?!(?:year|month|week|day|night|time|decade|century)s?\b)[a-z]+",
+            r"\bis (?:that|this) (?:true|right|correct|accurate|so|really)|\b(?:that|this|it)(?:'s| is| was) not "
+            r"(?:what|right|correct|true|it)\b",
+        )
+    )
+)
+# Then the parts of an answer a short request names ("the first one", "step 2", "the code"), words that lean on what
+# came before but often do not ("it", "also", "another"), and last a request to rework something that needs it to be
+# there ("Can you add comments?") or a next step of the user's own ("What software should I use?").
+DEICTIC = phrases(
+    r"(?:the|your) (?:answer|response|reply|explanation|examples?|solution|code|list|script|program|function|method|"
+    r"approach|version|suggestions?|story|poem|essay|article|outline|text|task|sections?|paragraphs?|sentences?|"
+    r"steps?|points?|options?|ideas?|ones?)",
+    r"the (?:first|second|third|fourth|fifth|last|previous|same|other|next|final|latter|former|\d+ ?(?:st|nd|rd|th))",
+    r"(?:step|point|option|item|line|part|number|paragraph|example) \d+|above|instead|again|similar",
+    r"(?<=^ )(?:and|but|so|then|also|now)",
+)
+WEAK_REFERENCE = phrases(r"it|that|this|these|those|they|them|he|she|him|her|its|their|also|too|another|else|rest")
+LEANS_ON = re.compile(
+    r"\W*(?:(?:ok|okay|now|then|and|also|great|thanks|thank you|nice|cool|perfect)[,.!]?\s+)*(?:(?:can|could|would|"
+    rf"will) you (?:please |now |also |just )?|please |now |also )?(?:{_EDIT})\b|.*?\b(?:should|shall) (?:i|we)\b"
+)
+
+# Degenerate text. A token reads as a word, number or run of another script, with ordinary punctuation around it.
+CLEAN_TOKEN = re.compile(
+    r"(?<!\S)[\"'“‘(\[*_`]*(?:[A-Za-z\u00C0-\u024F]+(?:['’\-./][A-Za-z\u00C0-\u024F]+)*|[$€£]?\d+(?:[.,:/\-]\d+)*%?|"
+    r"[^\W\d_A-Za-z]+)[\"'”’)\].,;:!?*_`]*(?!\S)"
+)
+NUMBER_TOKEN = re.compile(r"(?<!\S)[$€£(]*\d+(?:[.,:/\-]\d+)*[%)]?[.,;:!?]?(?!\S)")
+NUMBER_WORD = re.compile(r" \d")
+UNPRONOUNCEABLE = re.compile(r"[b-df-hj-np-tv-xz]{5}| [b-df-hj-np-tv-xz]{4,}(?= )")
+SYMBOL = re.compile(r"[^\w\s]")
+# Writing systems: Latin, Greek, Cyrillic, Hebrew, Arabic, Indic, Thai, kana and CJK, Hangul.
+SCRIPTS = [
+    re.compile(f"[{r}]")
+    for r in "a-zA-Z \u0370-\u03ff \u0400-\u04ff \u0590-\u05ff \u0600-\u06ff \u0900-\u0dff \u0e00-\u0e7f "
+    "\u3040-\u30ff\u4e00-\u9fff \uac00-\ud7af".split()
+]
