@@ -23,15 +23,13 @@ class Gsm8kScriptArguments(ProbeScriptArguments):
 
 
 def main(args: Gsm8kScriptArguments) -> dict:
-    from accelerate import PartialState
-
-    from uturn_train.probe.job import run_probe_job
+    from uturn_train.probe.job import distributed_state, run_probe_job
 
     if args.task not in ("gsm8k", "testbed"):
         raise ValueError(f"--task {args.task} has no gold answers; use gsm8k or testbed")
     if args.setting != "self":
         raise ValueError("GSM8K accuracy grades the model's own answers: use --setting self")
-    return run_probe_job(args, state=PartialState())
+    return run_probe_job(args, state=distributed_state())
 
 
 def make_parser(subparsers: argparse._SubParsersAction | None = None):

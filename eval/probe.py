@@ -23,11 +23,9 @@ from uturn_train.probe.job import ProbeScriptArguments
 
 
 def main(args: ProbeScriptArguments) -> dict:
-    from accelerate import PartialState
+    from uturn_train.probe.job import distributed_state, run_probe_job
 
-    from uturn_train.probe.job import run_probe_job
-
-    return run_probe_job(args, state=PartialState())
+    return run_probe_job(args, state=distributed_state())
 
 
 def make_parser(subparsers: argparse._SubParsersAction | None = None):

@@ -11,6 +11,7 @@ LORA_TARGETS = r".*layers\.\d+\.(self_attn\.(q_proj|v_proj)|linear_attn\.(in_pro
 
 def make_trainer(model_dir, output_dir, probe_data, *, with_probe=True, max_steps=4, report_to="none",
                  resume_steps=None, **probe_overrides):
+    import torch
     from datasets import Dataset
     from peft import LoraConfig
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -24,6 +25,7 @@ def make_trainer(model_dir, output_dir, probe_data, *, with_probe=True, max_step
                           {"role": "assistant", "content": f"{a} + {a} = {2 * a}.\n#### {2 * a}"}]} for a in range(16)]
     args = SFTConfig(output_dir=str(output_dir), max_steps=max_steps, save_steps=2, logging_steps=1,
                      per_device_train_batch_size=2, learning_rate=1e-3, report_to=report_to, bf16=False,
+                     use_cpu=not torch.cuda.is_available(),  # without it, 2 CPU processes do not form a group
                      seed=0, max_length=64, disable_tqdm=True)
     probe = dict(probe_task="gsm8k", probe_data=str(probe_data), probe_limit=5, probe_temperatures=[0.0, 1.0],
                  probe_samples=2, probe_max_new_tokens=8, probe_answer_max_new_tokens=12, probe_batch_size=2)

@@ -137,6 +137,8 @@ class _Context:
     content: frozenset
     topic: frozenset  # content the query says, or the answer says twice: what the conversation is about
     asks_user: bool  # the answer ends by asking the user something
+    wants_material: bool  # ... for a text, code or data to work on
+    about_assistant: bool  # the query asks about the assistant itself
 
 
 @functools.lru_cache(maxsize=4096)
@@ -147,6 +149,7 @@ def _context(query: str, answer: str) -> _Context:
     query_content = _content(set(query_words))
     answer_content = _content(set(answer_words))
     said_twice = {stem for stem, n in Counter(map(_STEMS.get, answer_words)).items() if n > 1}
+    tail = f" {' '.join(answer_words[-50:])} "
     return _Context(
         query_words=tuple(query_words),
         answer_words=tuple(answer_words),
@@ -155,7 +158,9 @@ def _context(query: str, answer: str) -> _Context:
         vocabulary=frozenset(query_words) | frozenset(answer_words),
         content=frozenset(query_content | answer_content),
         topic=frozenset(query_content | (answer_content & said_twice)),
-        asks_user=bool(cues.ASKS_USER.search(answer[-300:].lower())),
+        asks_user="?" in answer[-300:] or bool(cues.ASKS_USER.search(tail)),
+        wants_material=bool(cues.WANTS_MATERIAL.search(tail)),
+        about_assistant=bool(cues.ABOUT_ASSISTANT.search(f" {' '.join(query_words)} ")),
     )
 
 
@@ -183,19 +188,23 @@ def _refers(shared) -> str:
     return f"refers to {', '.join(map(repr, sorted(shared)[:3]))} from the conversation"
 
 
-def _reference(joined: str, rest: str, load: int, grounding: int) -> str | None:
+def _reference(joined: str, rest: str, distinct: set, load: int, grounding: int) -> str | None:
     """The words by which a request that shares no topic word refers back, if they carry its `load` of new words."""
     load -= grounding  # a word the answer says once is half a match: it carries one new word
     cue = cues.POINTS_BACK.search(joined)
     if not cue and load <= 5:
-        cue = cues.STRONG_REFERENCE.search(rest)
+        cue = cues.STRONG_REFERENCE.search(joined) or cues.CLIPPED.search(rest)
+        if not cue and not cues.ANAPHOR_WORDS.isdisjoint(distinct):
+            cue = cues.ANAPHOR.search(rest)
+            if cue and (setup := cues.OWN_SETUP.match(rest)) and setup.end() <= cue.start():
+                cue = None
         if not cue and load <= 3:
             cue = cues.DEICTIC.search(joined)
             if not cue and load <= 2:
                 cue = cues.WEAK_REFERENCE.search(joined)
-                if not cue and grounding:
-                    return "a word of the answer"
                 if not cue and load <= 1:
+                    if grounding:
+                        return "a word of the answer"
                     cue = cues.LEANS_ON.match(rest)
     return repr(cue.group(0).strip(" .,;:!?")) if cue else None
 
@@ -274,7 +283,7 @@ def classify_turn(query: str, answer: str, user_turn: str, finish_reason: str | 
         if not cues.PUSHBACK.search(f" {' '.join(cues.WORD.findall(rest))} "):  # "Thanks, but that's wrong" is not
             return Verdict("acknowledgement", "only thanks or closes")
     # The assistant asked for something and the turn hands it over: long, maybe answer-like, but the user's.
-    if ctx.asks_user and cues.SUPPLIES.match(lower):
+    if ctx.wants_material and cues.SUPPLIES.match(lower):
         return Verdict("followup", "gives what the assistant asked for")
     user = questions + opening + later + phrases + first_person
     if assistant > user:
@@ -300,25 +309,28 @@ def classify_turn(query: str, answer: str, user_turn: str, finish_reason: str | 
             return Verdict("identity_drift", "a long statement that asks nothing, written like an answer")
         reacts = user or cues.REACTS.search(joined)
         if grounded:
-            if reacts and n_words <= 30:
+            if (reacts and n_words <= 30) or (ctx.asks_user and n_words <= 15 and cues.REPLY_OPENING.match(lower)):
                 return Verdict("followup", "reacts to the answer; " + _refers(shared))
             return Verdict("identity_drift", "restates instead of asking; " + _refers(shared))
         if ctx.asks_user and n_words <= 40:
             return Verdict("followup", "answers the assistant's question")
         if not (reacts or cues.PUSHBACK.search(joined)):
             return Verdict("identity_drift", "states facts like an answer, asks nothing")
-        reference = "the answer" if load <= 2 else _reference(joined, rest, load, grounding)
+        reference = "the answer" if load <= 2 else _reference(joined, rest, distinct, load, grounding)
         if reference:
             return Verdict("followup", f"reacts to {reference}")
         return Verdict("new_topic", "a statement unrelated to the conversation")
 
     if grounded:
         return Verdict("followup", "asks about it; " + _refers(shared))
-    if ctx.asks_user and not (questions or opening or later) and first_person:
+    if ctx.asks_user and not (questions or opening or later) and (first_person or n_words <= 12):
         return Verdict("followup", "answers the assistant's question")
+    meta = " you" in joined and not ctx.about_assistant and cues.ABOUT_ASSISTANT.search(joined)
+    if meta:
+        return Verdict("new_topic", f"asks about the assistant, not the answer: {meta.group(0).strip()!r}")
     if load == 0:
         return Verdict("followup", "a generic follow-up request")
-    reference = _reference(joined, rest, load, grounding)
+    reference = _reference(joined, rest, distinct, load, grounding)
     if reference:
         return Verdict("followup", f"asks about {reference} in context")
     return Verdict("new_topic", "asks something unrelated to the conversation")

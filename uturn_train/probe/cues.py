@@ -65,7 +65,8 @@ HELPER = phrases(
     r"do you have (?:any )?(?:other |more |further )?questions|i(?:'ve| have| was| am) (?:been )?trained (?:on|by)",
     r"as an? (?:text based )?ai|as a (?:large )?language model",
     r"i(?:'m| am) (?:just )?an? (?:ai|artificial|open source|language model|virtual|chatbot|assistant)",
-    r"i (?:cannot|can't|am unable to|am not able to) (?:help you|assist you|browse|access the internet|access real)",
+    r"i (?:cannot|can't|am unable to|am not able to) (?:help you|assist you|browse|access the internet|access real|"
+    r"answer (?:that|this|your))|i(?:'m| am) not (?:connected|able to connect) to the internet",
     r"(?:i'd|i would|i'm|i am) (?:be )?(?:happy|glad|delighted) to (?:help|assist|explain|provide)",
     r"(?:happy|glad) (?:i could |to )help|you(?:'re| are) (?:very |most |quite |so )?welcome",
     r"thanks? (?:you )?for (?:your question|asking|reaching out|the question|contacting)",
@@ -152,18 +153,33 @@ CLOSER = phrases(
     r"good|nice|interesting|cool|wonderful|excellent|ok|okay|alright|wow|brilliant|fantastic|lovely)",
     r"i(?:'ll| will) (?:try|give|do) (?:it|that|this)(?: a try)?",
 )
-# The answer ends by asking the user for something: a question, or "please provide the text".
-ASKS_USER = re.compile(
-    r"\?|\bplease (?:provide|share|send|paste|give|tell|describe|specify|clarify|upload|post|write|enter|let me know "
-    r"(?:what|which|how|whether))\b"
+# The answer ends by asking the user for something: a question, or "please provide the text" (these two on its last
+# words); or for material to work on ("Could you provide the text?").
+ASKS_USER = phrases(
+    r"please (?:provide|share|send|paste|give|tell|describe|specify|clarify|upload|post|write|enter|let me know "
+    r"(?:what|which|how|whether))"
 )
+WANTS_MATERIAL = phrases(
+    r"(?:please|could you|can you|would you)(?: please)? (?:provide|share|send|paste|give|upload|post|copy)",
+    r"(?:provide|share|send|paste|give|upload|post) (?:me|us) (?:with )?(?:the|your|a|an|some)",
+)
+# How a short reply to the assistant's question opens ("No, just the top folder.").
+REPLY_OPENING = re.compile(r"\W*(?:yes|yeah|yep|no|nope|sure|ok|okay|only|just|both|neither|either)\b")
 # The turn hands over what the assistant asked for ("Yes, here's the abstract: ...", "Here is my code").
 SUPPLIES = re.compile(r"\W*(?:(?:yes|yeah|ok|okay|sure)\b[,.!]?\s*here(?:'s| is| are)\b|here(?:'s| is| are) my\b)")
 
-# References back to the conversation, from the surest to the weakest; a request that makes one is a follow-up
-# unless it brings a subject of its own, and the weaker the reference, the fewer new words that takes.
-# Sure: they can point nowhere else, or only at the answer ("you said", "rewrite your explanation", "the above code").
-_ARTIFACT = (
+# Questions about the assistant itself ("What is your name?", "What can you do?"): a topic of their own, unless the
+# conversation is about the assistant.
+ABOUT_ASSISTANT = phrases(
+    r"(?:who|what) (?:are|made|created|built|trained|developed) you|what(?:'s| is) your (?:name|purpose|favou?rite)",
+    r"what (?:else )?can you (?:do|help)|how (?:do )?you work|are you (?:an? )?(?:ai|bot|robot|human|real|person|"
+    r"conscious|sentient|alive)|can you (?:access|browse|remember)|(?:things|what) you can(?:'t| not|not) (?:do|help)",
+    r"how are you|tell me about yourself|(?:do|can) you (?:have|feel) (?:feelings|emotions)",
+)
+
+# References back to the conversation, from the surest to the weakest. A request that makes one is a follow-up unless
+# it brings a subject of its own, and the weaker the reference, the fewer new words that takes.
+_ARTIFACT = (  # what an answer is made of, or holds
     r"answers?|responses?|reply|replies|explanations?|examples?|solutions?|code|lists?|scripts?|programs?|functions?|"
     r"methods?|approach(?:es)?|versions?|suggestions?|recommendations?|stor(?:y|ies)|poems?|essays?|articles?|"
     r"outlines?|text|tasks?|sections?|paragraphs?|sentences?|steps?|points?|options?|ideas?|ones?|tips?|strateg(?:y|"
@@ -171,14 +187,23 @@ _ARTIFACT = (
     r"subject|algorithm|formula|equation|calculations?|results?|output|snippet|advice|instructions?|sources?|links?|"
     r"references?|claims?|statements?|reasons?|arguments?|facts?|numbers?|names?|words?|books?|resources?|tools?"
 )
+_EDIT = (  # verbs that rework a text that is already there
+    r"add|remove|delete|drop|cut|change|modify|edit|fix|correct|shorten|lengthen|expand|extend|simplify|rephrase|"
+    r"reword|rewrite|redo|translate|summari[sz]e|condense|continue|finish|improve|refine|polish|revise|update|adjust|"
+    r"tweak|convert|reformat|format|rank|sort|reorder|elaborate|clarify|comment|annotate|paraphrase"
+)
+_MANNER = (
+    r"simply|simple|clearly|clear|concise|concisely|briefly|brief|formal|formally|casual|detailed|technical|"
+    r"professional|polite|serious|funny|fun|interesting|engaging|readable|natural|specific|precise|accurate"
+)
+# Sure: they can point nowhere else ("you said", "rewrite your explanation", "Are you sure?", "do the same for").
 POINTS_BACK = phrases(
     r"your (?:previous|earlier|last|first|second|third|above|own|original|\d+ ?(?:st|nd|rd|th))",
     r"you (?:just |have |had )?(?:(?!(?:n|f|s|sp|bl|br|proc|succ|exc|ind)eed )[a-z]+ed|said|wrote|gave|made|did|got|"
     r"put|chose|took|meant|left|found|thought|forgot|told|showed|brought|ran|set|went)",
     r"you (?:don't|didn't|did not|do not|haven't|have not|never|can't) (?:know|understand|get|answer|mention|explain|"
     r"say|provide|give|include|address|consider|account|read|see|realize|remember)",
-    r"(?:why|how|where) did you|did you (?:mean|say)|(?:what|how) about|what if|(?:do|the) same (?:for|with|but|thing)",
-    r"(?:do|try|redo|repeat) (?:it|this|that|the same(?: [a-z]+)?) again",
+    r"(?:why|how|where) did you|did you (?:mean|say)|(?:do|the) same (?:for|with|but|thing)",
     # "your answer" is the last one when it is reworked or judged, not when it is the next ("give your answer in ...")
     r"(?:(?:explain|rewrite|revise|change|clarify|rephrase|simplify|shorten|expand|improve|fix|correct|check|modify|"
     r"edit|update|reformulate|implement|apply|follow|use|try|about|on|from) your (?:answer|response|reply|"
@@ -189,58 +214,51 @@ POINTS_BACK = phrases(
     r"said|mentions|mentioned|changes?|would change))",
     r"are you (?:sure|certain|kidding|serious|joking)|not what i (?:asked|meant|wanted|said)|i meant|why not",
 )
-# Strong: a demonstrative ("this algorithm", "these suggestions"), "that" or "they" standing for something said
-# before ("Is that still a thing?", "Are they free?", "caused by this?"), a clipped question ("Do I have to?", "which
-# is best?"), a rework of something already there ("make it shorter", "explain more simply", "in more detail"), a
-# turn that opens with "But" or "And", and a challenge ("Is that true?").
-# Verbs that rework a text that is already there.
-_EDIT = (
-    r"add|remove|delete|drop|cut|change|modify|edit|fix|correct|shorten|lengthen|expand|extend|simplify|rephrase|"
-    r"reword|rewrite|redo|translate|summari[sz]e|condense|continue|finish|improve|refine|polish|revise|update|adjust|"
-    r"tweak|convert|reformat|format|rank|sort|reorder|elaborate|clarify|comment|annotate|paraphrase"
+# Strong: a demonstrative ("this algorithm", "these suggestions", "the above code"), a rework of something already
+# there ("make it shorter", "translate it", "explain more simply", "in more detail"), a turn that opens with "But" or
+# "And", a variant ("what about ...", "do it again"), and a challenge ("Is that true?").
+STRONG_REFERENCE = phrases(
+    r"this (?!(?:week|weekend|year|month|morning|afternoon|evening|night|time|summer|winter|spring|fall|autumn|season|"
+    r"semester|century|decade|way|kind|sort|type|is|was|will|would|can|could|should|has|does|may|might|must|one|and|"
+    r"or|to|in|for|with) )[a-z]{3,}",
+    rf"(?:these|those) (?:[a-z]+ )?(?:{_ARTIFACT})|(?:that|your) (?!(?:answer|response|reply) )(?:{_ARTIFACT})",
+    r"(?:the|these|those|that|this) (?:above|aforementioned|previous|preceding|earlier|corresponding|mentioned|"
+    r"listed|suggested) (?!(?:year|month|week|day|night|time|decade|century)s? )[a-z]+",
+    r"(?:make|keep|write|rewrite|explain|say|put|phrase|describe|summari[sz]e|word|be) (?:it |this |that |them |"
+    r"these |those |everything |the [a-z]+ )?(?:a (?:bit|little|lot) |much |even |slightly |way )?(?:(?:more|less)"
+    rf"(?= $| (?:{_MANNER}) )|shorter|longer|simpler|easier|clearer|larger|bigger|smaller|funnier|briefer|simply|"
+    r"concise|formal|casual)",
+    r"make (?:it|this|that|them) (?:a (?:bit|little|lot) |much |even |slightly |way )?(?:more|less) [a-z]+",
+    rf"(?:{_EDIT}) (?:it|them)|(?:{_EDIT}|explain)(?: me)? (?:the|your|this|that|these|those) (?:[a-z]+ )?"
+    rf"(?:{_ARTIFACT})",
+    r"(?:in|into) (?:more|greater|further|much more) detail|in (?:simpler|plainer|easier|other|fewer) (?:terms|words)",
+    r"(?:on|about) (?:the|this|that) (?:topic|subject|matter)(?! of )|which of (?:them|these|those)",
+    r"(?<=^ )(?:but|and|or)|(?:what|how) about|what if|(?:do|try|redo|repeat) (?:it|this|that|the same(?: [a-z]+)?) "
+    r"again",
+    r"is (?:that|this) (?:true|right|correct|accurate|so|really)|(?:that|this|it)(?:'s| is| was) not (?:what|right|"
+    r"correct|true|it)",
 )
-_MANNER = (
-    r"simply|simple|clearly|clear|concise|concisely|briefly|brief|formal|formally|casual|detailed|technical|"
-    r"professional|polite|serious|funny|fun|interesting|engaging|readable|natural|specific|precise|accurate"
+# A clipped question ("Do I have to?", "Which one?", "which is best?"), and a pronoun standing for something said
+# before ("caused by this?", "Is that still a thing?", "They are too long."): these need the punctuation.
+CLIPPED = re.compile(
+    r"\b(?:have|has|want|need|supposed|going|able|ought|got) to\s*[?.!]|\bwhich (?:ones?\s*[?.!]|(?:one |ones )?(?:is|"
+    r"are|would be|will be) (?:the )?(?:best|better|worse|cheaper|easier|faster|safer|cheapest|easiest|fastest|"
+    r"safest)\s*[?.!,])"
 )
-STRONG_REFERENCE = re.compile(
-    "|".join(
-        (
-            r"\bthis (?!(?:week|weekend|year|month|morning|afternoon|evening|night|time|summer|winter|spring|fall|"
-            r"autumn|season|semester|century|decade|way|kind|sort|type|is|was|will|would|can|could|should|has|does|"
-            r"may|might|must|one|and|or|to|in|for|with)\b)[a-z]{3,}",
-            rf"\b(?:these|those) (?:[a-z]+ )?(?:{_ARTIFACT})\b|\b(?:that|your) (?!(?:answer|response|reply)\b)"
-            rf"(?:{_ARTIFACT})\b",
-            r"\b(?:this|that|them|these|those)(?: (?:too|again|out|up|in|down|instead|as well|please|anyway))?\s*"
-            r"(?:[?!.,;:)]|$)",
-            r"(?:^|[.?!;,]\s*|\b(?:and|but|so|or|then) )(?:is|are|was|were|does|do|did|can|could|will|would|should|"
-            r"has|have|isn't|aren't|doesn't|don't|didn't|can't|won't|wouldn't) (?:this|that|they|these|those|"
-            r"it (?!(?:\w+ ){0,2}(?:to|that|if|whether|when)\b))",
-            r"(?:^|[.?!;]\s*)(?:this|that|they|these|those)(?:'s|'re| is| are| was| were| does| do| did| doesn't| "
-            r"don't| didn't| isn't| aren't| would| will| can| could| should| seems?| sounds?| looks?| works?)\b",
-            r"\b(?:have|has|want|need|supposed|going|able|ought|got) to\s*[?.!]",
-            r"\bwhich (?:ones?\s*[?.!]|of (?:them|these|those)|(?:one |ones )?(?:is|are|would be|will be) (?:the )?"
-            r"(?:best|better|worse|cheaper|easier|faster|safer|cheapest|easiest|fastest|safest)\s*[?.!,])",
-            r"\b(?:make|keep|write|rewrite|explain|say|put|phrase|describe|summari[sz]e|word) (?:it |this |that |"
-            r"them |these |those |everything |the [a-z]+ )?(?:a (?:bit|little|lot) |much |even |slightly |way )?"
-            rf"(?:(?:more|less)(?=\s*(?:[?.!,]|$)| (?:{_MANNER})\b)|shorter|longer|simpler|easier|clearer|larger|"
-            r"bigger|smaller|funnier|briefer|simply|concise|formal|casual)\b",
-            rf"\b(?:{_EDIT}|explain)(?: me)? (?:the|your|this|that|these|those) (?:[a-z]+ )?(?:{_ARTIFACT})\b",
-            r"\bmake (?:it|this|that|them) (?:a (?:bit|little|lot) |much |even |slightly |way )?(?:more|less) [a-z]+",
-            r"\b(?:in|into) (?:more|greater|further|much more) detail|\bin (?:simpler|plainer|easier|other|fewer) "
-            rf"(?:terms|words)|\b(?:more|less) (?:{_MANNER})\b",
-            r"\b(?:on|about) (?:the|this|that) (?:topic|subject|matter)\b(?! of)",
-            r"^\W*(?:but|and|or)\b",
-            r"\b(?:the|these|those|that|this) (?:above|aforementioned|previous|preceding|earlier|corresponding|"
-            r"mentioned|listed|suggested) (?!(?:year|month|week|day|night|time|decade|century)s?\b)[a-z]+",
-            r"\bis (?:that|this) (?:true|right|correct|accurate|so|really)|\b(?:that|this|it)(?:'s| is| was) not "
-            r"(?:what|right|correct|true|it)\b",
-        )
-    )
+ANAPHOR_WORDS = frozenset("this that them these those they that's they're".split())
+ANAPHOR = re.compile(
+    r"\b(?:this|that|them|these|those)(?: (?:too|again|out|up|in|down|instead|as well|please|anyway))?\s*(?:[?!.,;:)]|$)"
+    r"|(?:^|[.?!;,]\s*|\b(?:and|but|so|or|then) )(?:is|are|was|were|does|do|did|can|could|will|would|should|has|"
+    r"have|isn't|aren't|doesn't|don't|didn't|can't|won't|wouldn't) (?:this|that|they|these|those)\b"
+    r"|(?:^|[.?!;]\s*)(?:this|that|they|these|those)(?:'s|'re| is| are| was| were| does| do| did| doesn't| don't| "
+    r"didn't| isn't| aren't| would| will| can| could| should| seems?| sounds?| looks?| works?)\b"
 )
+# Not after an opening sentence of the user's own, where the pronoun stands for that ("I want to make games. What
+# tools are there for that?").
+OWN_SETUP = re.compile(r"\W*(?:i|i'm|i'd|i've|i'll|my|we|we're|we've|our)\b[^.?!\n]*[.!\n]")
 # Then the parts of an answer a short request names ("the first one", "step 2", "the code"), words that lean on what
-# came before but often do not ("it", "also", "another"), and last a request to rework something that needs it to be
-# there ("Can you add comments?") or a next step of the user's own ("What software should I use?").
+# came before but often do not ("it", "also", "a faster way"), and last a request to rework something that needs it to
+# be there ("Can you add comments?") or a next step of the user's own ("What software should I use?").
 DEICTIC = phrases(
     r"(?:the|your) (?:answer|response|reply|explanation|examples?|solution|code|list|script|program|function|method|"
     r"approach|version|suggestions?|story|poem|essay|article|outline|text|task|sections?|paragraphs?|sentences?|"
@@ -249,10 +267,17 @@ DEICTIC = phrases(
     r"(?:step|point|option|item|line|part|number|paragraph|example) \d+|above|instead|again|similar",
     r"(?<=^ )(?:and|but|so|then|also|now)",
 )
-WEAK_REFERENCE = phrases(r"it|that|this|these|those|they|them|he|she|him|her|its|their|also|too|another|else|rest")
+WEAK_REFERENCE = phrases(
+    # not an "it" that stands for nothing: "is it possible to ...", "how long does it take", "has it been"
+    r"it(?! [a-z']+ (?:to|that|if|whether) | (?:been|rains?|snows?|takes?|costs?) )",
+    r"that|this|these|those|they|them|he|she|him|her|its|their|also|too|another|else|rest",
+    r"(?:a|an|any|the|something) (?:faster|quicker|simpler|easier|shorter|longer|better|cheaper|cleaner|clearer|"
+    r"smaller|bigger|safer|more [a-z]+)(?! than )",
+)
 LEANS_ON = re.compile(
     r"\W*(?:(?:ok|okay|now|then|and|also|great|thanks|thank you|nice|cool|perfect)[,.!]?\s+)*(?:(?:can|could|would|"
-    rf"will) you (?:please |now |also |just )?|please |now |also )?(?:{_EDIT})\b|.*?\b(?:should|shall) (?:i|we)\b"
+    rf"will) you (?:please |now |also |just )?|please |now |also )?(?:{_EDIT})\b|.*?\b(?:(?:should|shall) (?:i|we)|"
+    r"i (?:don't|do not|didn't|still don't) (?:understand|get|follow)|i(?:'m| am) (?:confused|lost))\b"
 )
 
 # Degenerate text. A token reads as a word, number or run of another script, with ordinary punctuation around it.

@@ -66,6 +66,14 @@ def print_table(result: dict) -> None:
                       f"flexible-extract {result['accuracy_flexible']:.3f})")
 
 
+def distributed_state():
+    """The launcher's processes as one group; on a machine without GPUs they form a gloo group (MULTI_CPU)."""
+    import torch
+    from accelerate import PartialState
+
+    return PartialState(cpu=not torch.cuda.is_available())
+
+
 def run_probe_job(args: ProbeScriptArguments, state=None) -> dict:
     """Run the job; returns the `results.json` dict. Bad input fails before the model is loaded."""
     from ..models import load_model_and_tokenizer
