@@ -29,8 +29,9 @@ def gsm8k(shared_data):
 
 def test_real_followups_are_followups(oasst):
     verdicts = [classify_turn(e.query, e.answer, e.reference_followup) for e in oasst]
-    # Misses include real turns that are pure thanks or change the subject; 0.81 when written.
-    assert (share := rate(verdicts, {"followup"})) >= 0.78, why(share, verdicts)
+    # Misses include real turns that are pure thanks, change the subject or paste an answer (27 of the 380, by
+    # reading them); 0.87 of all and 0.93 of the real follow-ups when written.
+    assert (share := rate(verdicts, {"followup"})) >= 0.85, why(share, verdicts)
 
 
 def test_followups_of_another_conversation_are_mostly_not(oasst):
@@ -40,9 +41,10 @@ def test_followups_of_another_conversation_are_mostly_not(oasst):
     for i, e in enumerate(oasst):
         other = next(o for o in others[i:] + others[:i] if o.meta["message_tree_id"] != e.meta["message_tree_id"])
         verdicts.append(classify_turn(other.query, other.answer, e.reference_followup))
-    # Generic follow-ups ("Can you explain that more simply?") fit any conversation; 0.30 when written.
-    assert (share := rate(verdicts, {"followup"})) <= 0.32, why(share, verdicts)
-    assert (share := rate(verdicts, {"new_topic"})) >= 0.6, why(share, verdicts)
+    # Generic follow-ups ("Can you explain that more simply?") fit any conversation, and so do references back ("Are
+    # they free?", "Can you add comments?"): a real follow-up is made to lean on its conversation; 0.345 when written.
+    assert (share := rate(verdicts, {"followup"})) <= 0.35, why(share, verdicts)
+    assert (share := rate(verdicts, {"new_topic"})) >= 0.58, why(share, verdicts)
 
 
 def test_another_answer_to_the_same_query_is_drift(oasst):
@@ -52,7 +54,8 @@ def test_another_answer_to_the_same_query_is_drift(oasst):
     pairs = [(q, a, b) for (_, q), by_id in answers.items() for a in by_id.values() for b in by_id.values() if a != b]
     assert len(pairs) >= 50
     verdicts = [classify_turn(query, answer, sibling) for query, answer, sibling in pairs]
-    assert (share := rate(verdicts, {"identity_drift", "repetition"})) >= 0.85, why(share, verdicts)
+    # 0.90 and 0.08 when written.
+    assert (share := rate(verdicts, {"identity_drift", "repetition"})) >= 0.88, why(share, verdicts)
     assert (share := rate(verdicts, {"followup"})) <= 0.1, why(share, verdicts)
 
 
@@ -80,19 +83,20 @@ def test_gsm8k_solution_in_the_user_turn_is_drift(gsm8k):
     # The context holds a bare final answer; the user turn solves the question again, with and without "#### N".
     for turn_of in (lambda e: e.meta["solution"], lambda e: e.answer.rsplit("\n####", 1)[0]):
         verdicts = [classify_turn(e.query, f"The answer is {e.gold}.", turn_of(e)) for e in gsm8k]
-        assert (share := rate(verdicts, {"identity_drift"})) >= 0.95, why(share, verdicts)
+        assert (share := rate(verdicts, {"identity_drift"})) >= 0.98, why(share, verdicts)  # 0.995 when written
 
 
 def test_another_gsm8k_question_is_a_new_topic(gsm8k):
     verdicts = [classify_turn(e.query, e.answer, gsm8k[(i + 1) % len(gsm8k)].query) for i, e in enumerate(gsm8k)]
-    assert (share := rate(verdicts, {"new_topic"})) >= 0.9, why(share, verdicts)
+    # Misses share words a word problem has by chance ("money", "hours"); 0.955 when written.
+    assert (share := rate(verdicts, {"new_topic"})) >= 0.94, why(share, verdicts)
 
 
 def test_mtbench_second_turns_are_followups(shared_data):
     # Turn 2 was written as a follow-up of turn 1 without seeing an answer; the context has none either.
     examples = load_task("mtbench", str(shared_data / "mt_bench" / "question.jsonl"))
     verdicts = [classify_turn(e.query, "", e.reference_followup) for e in examples]
-    assert (share := rate(verdicts, {"followup"})) >= 0.75, why(share, verdicts)
+    assert (share := rate(verdicts, {"followup"})) >= 0.86, why(share, verdicts)  # 0.89 when written
 
 
 def test_instruction_prompts_after_an_unrelated_conversation_are_not_followups(shared_data, oasst):
@@ -100,8 +104,10 @@ def test_instruction_prompts_after_an_unrelated_conversation_are_not_followups(s
     prompts += [e.query for e in load_task("ifbench", str(shared_data / "ifbench" / "IFBench_test.jsonl"))]
     contexts = [oasst[i % len(oasst)] for i in range(len(prompts))]
     verdicts = [classify_turn(c.query, c.answer, prompt) for c, prompt in zip(contexts, prompts)]
-    assert (share := rate(verdicts, {"followup"})) <= 0.1, why(share, verdicts)
-    assert (share := rate(verdicts, {"new_topic"})) >= 0.8, why(share, verdicts)
+    # "in your response", "the previous one", "Is it true that ..." name the prompt's own parts; 0.03 and 0.90 when
+    # written.
+    assert (share := rate(verdicts, {"followup"})) <= 0.05, why(share, verdicts)
+    assert (share := rate(verdicts, {"new_topic"})) >= 0.85, why(share, verdicts)
 
 
 QUERY = (
@@ -174,6 +180,97 @@ def test_hand_made_cases(label, turn):
     verdict = classify_turn(QUERY, ANSWER, turn)
     assert verdict.label == label, verdict
     assert verdict.reason and verdict.is_followup == (label == "followup")
+
+
+CODE_QUERY = "Write a Python function that checks whether a number is prime."
+CODE_ANSWER = (
+    "Here is a function:\n```python\ndef is_prime(n):\n    if n < 2:\n        return False\n"
+    "    for d in range(2, int(n ** 0.5) + 1):\n        if n % d == 0:\n            return False\n"
+    "    return True\n```\nIt tries every divisor up to the square root of n."
+)
+# Real follow-ups often share no word with the answer: they lean on it. Turns with a subject of their own do not.
+LEANING = {
+    "followup": [
+        "Can you add comments?",  # a rework of what is there
+        "Make it shorter.",
+        "Now do it in Rust.",
+        "Translate it to JavaScript.",
+        "Could you rewrite the code without the loop?",
+        "Can you explain it more simply?",
+        "Is there a faster way?",  # a comparison with the answer
+        "What does this line do?",  # a demonstrative
+        "What is the time complexity of this algorithm?",
+        "Explain the second line.",
+        "Why does that work?",  # a pronoun that stands for the answer
+        "Which one is faster?",
+        "Do I have to?",  # a clipped question
+        "But what about negative numbers?",
+        "Are you sure?",  # a challenge
+        "That's wrong.",
+        "I don't understand the loop part.",
+    ],
+    "new_topic": [
+        "What is the capital of France?",
+        "Translate 'good morning' into French.",
+        "Can you explain quantum entanglement more simply?",
+        "What is it like to live in Japan?",  # an "it" that stands for nothing
+        "How long does it take to boil an egg?",
+        "Now tell me about the history of the Roman Empire.",
+        "I'd like to plan a trip to Portugal. What should I pack for that?",  # "that" is the trip
+        "Write a haiku about autumn leaves.",
+        "What should I cook for dinner tonight?",
+        "Is it safe to eat raw cookie dough?",
+        "Can you recommend a good book about World War II?",
+        "What is your name?",  # about the assistant, not the answer
+        "What can you do?",
+    ],
+}
+
+
+@pytest.mark.parametrize("label,turn", [(label, turn) for label, turns in LEANING.items() for turn in turns])
+def test_followups_that_lean_on_the_answer(label, turn):
+    verdict = classify_turn(CODE_QUERY, CODE_ANSWER, turn)
+    assert verdict.label == label, verdict
+
+
+@pytest.mark.parametrize(
+    "turn,label",
+    [
+        ("Can you add comments?", "followup"),
+        ("Make it shorter.", "followup"),
+        ("Are you sure?", "followup"),
+        ("Can you explain that more simply?", "followup"),
+        ("Now do it in Rust.", "followup"),
+        ("Can you explain quantum entanglement more simply?", "new_topic"),
+        ("Translate 'good morning' into French.", "new_topic"),
+    ],
+)
+def test_a_short_request_after_an_unrelated_conversation(turn, label):
+    # The rule in the module docstring: the generic form fits any answer; a subject of its own makes a new topic.
+    assert classify_turn(QUERY, ANSWER, turn).label == label
+
+
+def test_replies_to_what_the_assistant_asked():
+    query, answer = "Can you write me a short script that renames all files in a folder?", (
+        "Sure. Which language would you like it in, and should it rename files in subfolders too?"
+    )
+    assert classify_turn(query, answer, "Python, please.").label == "followup"
+    assert classify_turn(query, answer, "No, just the top folder.").label == "followup"
+    assert classify_turn(query, answer, "Write a haiku about autumn leaves.").label == "new_topic"
+    # Asked for a text, the user pastes one, however much it reads like an answer.
+    query, answer = "Can you summarize an article for me?", "Sure, please paste the text you want me to summarize."
+    text = (
+        "Yes, here's the text: Researchers have found that city trees lower summer temperatures by several degrees. "
+        "You can see the effect in satellite images, and it is strongest where the canopy is dense. Additionally, the "
+        "shade reduces the energy used for air conditioning, which means lower bills for residents."
+    )
+    assert classify_turn(query, answer, text).label == "followup"
+    assert classify_turn(query, "Here is a summary: trees cool cities.", text).label == "identity_drift"
+
+
+def test_a_question_about_the_assistant_follows_only_a_conversation_about_it():
+    assert classify_turn("Who are you?", "I am an AI assistant.", "What can you do?").label == "followup"
+    assert classify_turn(QUERY, ANSWER, "What can you do?").label == "new_topic"
 
 
 def test_a_loop_cut_off_at_the_token_limit():

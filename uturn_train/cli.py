@@ -3,6 +3,7 @@
     uturn probe --model testbed --task testbed --limit 200 --temperatures 0 1.0 --samples 4 --out probe_out
     uturn classify --input turns.jsonl --output labelled.jsonl
     uturn testbed build [--out DIR] [--force] [--seed N]
+    uturn mine --model testbed --mine_source testbed --mine_limit 256 --out pairs
 """
 
 import argparse
@@ -73,7 +74,17 @@ def _testbed(argv: list[str]) -> None:
     print(build_testbed(args.out, force=args.force, seed=args.seed))
 
 
-COMMANDS = {"probe": _probe, "classify": _classify, "testbed": _testbed}
+def _mine(argv: list[str]) -> None:
+    from trl import TrlParser
+
+    from .mining import MineScriptArguments, MiningArguments, run_mine_job
+
+    parser = TrlParser((MineScriptArguments, MiningArguments), prog="uturn mine")
+    script_args, mining_args = parser.parse_args_and_config(argv)
+    print(run_mine_job(script_args, mining_args))
+
+
+COMMANDS = {"probe": _probe, "classify": _classify, "testbed": _testbed, "mine": _mine}
 
 
 def main(argv: list[str] | None = None) -> None:

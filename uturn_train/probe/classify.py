@@ -13,33 +13,37 @@ reads are in `cues.py`.
 
 Checks run from the most to the least certain: empty, degenerate (loops, gibberish), an assistant role header,
 repetition of an earlier turn, the assistant's phrases and voice, thanks only, and last a user-style turn, which is a
-follow-up when it is grounded in the conversation and a new topic when it brings a subject of its own:
+follow-up when it is grounded in the conversation and a new topic when it brings a subject of its own. What a turn
+brings is its *load*: its content words the conversation does not have, plus one for each new name ("Japan").
 
-- *Shared words* ground it: one topic word (said in the query, or twice in the answer), or a share of its content
-  words in a long turn. A word the answer says once grounds only a request that brings almost nothing new.
-- *References back* ground it even with no word in common: "you said", "your explanation", "the above code" always;
-  "this algorithm", "are they free?", "Do I have to?", "make it shorter", "in more detail", a turn opening "But" or
-  "And" when it brings at most 5 new content words; "the first one", "again" at most 3; "it", "also", "should I",
-  an edit verb ("Can you add comments?") at most 2. A new name ("Japan", "GPT-4") counts as one more new word.
-- *Generic requests*, with no content word of their own ("Can you explain that more simply?", "Why?", "Thanks, can
-  you give an example?"), fit any answer and are follow-ups whatever the context. The same short request with a
-  subject of its own after an unrelated context ("Can you explain quantum entanglement more simply?") is a new
-  topic: only the generic form is judged without the conversation.
-- A statement is the user's answer when the assistant asked the user something ("Please provide the text",
-  "Which city?") and the turn asks nothing back, or hands over what was asked for ("Yes, here's the abstract: ...").
+- *Shared words* ground it: one topic word (in the query, or in the answer's opening words), or two words the answer
+  says further on; a long turn must share about one content word in eight.
+- *References back* ground it without a shared word, as far as its load allows. Always: "you said", "rewrite your
+  explanation", "do the same for", "Are you sure?". With a load of at most 5: "this algorithm", "these suggestions",
+  "the above code", "Are they free?", "caused by this?", "Do I have to?", "which is best?", "make it shorter",
+  "translate it", "explain more simply", "in more detail", "what about ...", a turn that opens with "But" or "And".
+  At most 3: "the first one", "step 2", "the code", "again", "instead". At most 2: "it", "they", "also", "another",
+  "a faster way". At most 1: an edit verb ("Can you add comments?"), "should I", "I don't understand", or one word
+  from further in the answer. A pronoun after an opening sentence of the user's own ("I want to make games. Which
+  tools are there for that?") stands for that sentence, not for the answer.
+- *Generic requests* bring nothing ("Can you explain that more simply?", "Why?", "Thanks, can you give an example?"):
+  they fit any answer and are follow-ups whatever the conversation. The rule for a short request after an unrelated
+  conversation follows: only its generic form is a follow-up; with a subject of its own ("Can you explain quantum
+  entanglement more simply?", "Translate 'good morning' into French") it is a new topic. Questions about the
+  assistant itself ("What is your name?", "What can you do?") are a new topic unless the query was about it too.
+- A statement is the user's reply when the assistant asked something ("Which language?" -> "Python, please.";
+  "Please provide the text" -> "Yes, here's the abstract: ...").
 """
 
 import functools
+import re
 import zlib
-from collections import Counter
 from dataclasses import dataclass
 
 from . import cues
 
 
-GMIN = 2.0
 LABELS = ("followup", "acknowledgement", "identity_drift", "repetition", "new_topic", "empty", "degenerate")
-
 
 
 @dataclass(frozen=True)
@@ -89,7 +93,8 @@ def _content(distinct: set[str]) -> set[str]:
 def _compression(text: str) -> float:
     """Compressed over raw size: about 0.5 for prose and 0.3 for code, under 0.2 when a span repeats many times."""
     data = text.encode()
-    return len(zlib.compress(data)) / len(data)
+    # An 8 KiB window holds the 2,000 characters compressed at most: the default's result at half its cost.
+    return len(zlib.compress(data, 6, 13)) / len(data)
 
 
 def _degenerate(text: str, words: list[str], distinct: set, joined: str, finish_reason: str | None) -> str | None:
@@ -100,7 +105,8 @@ def _degenerate(text: str, words: list[str], distinct: set, joined: str, finish_
     # words for its length (scripts without spaces, symbols). A loop shows in the last 1000 characters.
     if len(text) >= 100 and (len(distinct) < 0.5 * n_words or n_words < len(text) / 12):
         tail = _compression(text[-min(len(text) // 2, 1000) :])
-        if tail < 0.15 or _compression(text[-2000:]) < 0.22:
+        # A loop with a period too long to show in the tail shows in 2000 characters, and still leaves a tail under 0.5.
+        if tail < 0.15 or (tail < 0.5 and _compression(text[-2000:]) < 0.22):
             return "loops: the same span repeats many times"
         if finish_reason == "length" and tail < 0.3:
             return "cut off at the token limit mid-loop"
@@ -135,7 +141,7 @@ class _Context:
     answer_pairs: frozenset
     vocabulary: frozenset
     content: frozenset
-    topic: frozenset  # content the query says, or the answer says twice: what the conversation is about
+    topic: frozenset  # content of the query and the answer's opening words: what the conversation is about
     asks_user: bool  # the answer ends by asking the user something
     wants_material: bool  # ... for a text, code or data to work on
     about_assistant: bool  # the query asks about the assistant itself
@@ -148,7 +154,7 @@ def _context(query: str, answer: str) -> _Context:
     answer_words = cues.WORD.findall(answer.lower().replace("’", "'"))
     query_content = _content(set(query_words))
     answer_content = _content(set(answer_words))
-    said_twice = {stem for stem, n in Counter(map(_STEMS.get, answer_words)).items() if n > 1}
+    opening = _content(set(answer_words[:20]))
     tail = f" {' '.join(answer_words[-50:])} "
     return _Context(
         query_words=tuple(query_words),
@@ -157,7 +163,7 @@ def _context(query: str, answer: str) -> _Context:
         answer_pairs=frozenset(zip(answer_words, answer_words[1:])),
         vocabulary=frozenset(query_words) | frozenset(answer_words),
         content=frozenset(query_content | answer_content),
-        topic=frozenset(query_content | (answer_content & said_twice)),
+        topic=frozenset(query_content | opening),
         asks_user="?" in answer[-300:] or bool(cues.ASKS_USER.search(tail)),
         wants_material=bool(cues.WANTS_MATERIAL.search(tail)),
         about_assistant=bool(cues.ABOUT_ASSISTANT.search(f" {' '.join(query_words)} ")),
@@ -184,28 +190,53 @@ def _repetition(words: list[str], distinct: set, ctx: _Context) -> str | None:
     return None
 
 
-def _refers(shared) -> str:
+def _names(text: str, n_words: int, vocabulary: frozenset) -> tuple[int, int]:
+    """How many names the turn repeats from the conversation, and how many it brings: a name is a subject ("... in
+    Japan?"), so it grounds like a topic word or weighs like a new word more. Not when Every Word Is Capitalised."""
+    names = cues.NAME.findall(text)
+    if not names or 3 * len(names) >= n_words:
+        return 0, 0
+    names = [name for name in map(str.lower, names) if name not in cues.STOPWORDS]
+    new = sum(1 for name in names if name not in vocabulary)
+    return len(names) - new, new
+
+
+def _refers(shared: list[str]) -> str:
     return f"refers to {', '.join(map(repr, sorted(shared)[:3]))} from the conversation"
 
 
-def _reference(joined: str, rest: str, distinct: set, load: int, grounding: int) -> str | None:
+def _anaphor(rest: str) -> re.Match | None:
+    """A pronoun that stands for something said before: "caused by this?", "Is that still a thing?", "They are too
+    long." Not after an opening sentence of the user's own, where it stands for that ("I want to make games. What
+    tools are there for that?")."""
+    for pronoun in cues.PRONOUN.finditer(rest):
+        start = pronoun.start()
+        if start and rest[start - 1].isalpha():
+            continue
+        head = rest[:start].rstrip()
+        if (
+            (pronoun.group() != "they" and cues.CLAUSE_END.match(rest, pronoun.end()))
+            or cues.ASKED_ABOUT.search(rest, max(0, start - 24), start)
+            or ((not head or head[-1] in ".?!;") and cues.SUBJECT_OF.match(rest, pronoun.end()))
+        ):
+            setup = cues.OWN_SETUP.match(rest)
+            return None if setup and setup.end() <= start else pronoun
+    return None
+
+
+def _reference(joined: str, rest: str, load: int, grounding: int) -> str | None:
     """The words by which a request that shares no topic word refers back, if they carry its `load` of new words."""
-    load -= grounding  # a word the answer says once is half a match: it carries one new word
-    cue = cues.POINTS_BACK.search(joined)
-    if not cue and load <= 5:
-        cue = cues.STRONG_REFERENCE.search(joined) or cues.CLIPPED.search(rest)
-        if not cue and not cues.ANAPHOR_WORDS.isdisjoint(distinct):
-            cue = cues.ANAPHOR.search(rest)
-            if cue and (setup := cues.OWN_SETUP.match(rest)) and setup.end() <= cue.start():
-                cue = None
-        if not cue and load <= 3:
-            cue = cues.DEICTIC.search(joined)
-            if not cue and load <= 2:
-                cue = cues.WEAK_REFERENCE.search(joined)
-                if not cue and load <= 1:
-                    if grounding:
-                        return "a word of the answer"
-                    cue = cues.LEANS_ON.match(rest)
+    load -= grounding  # a word from further in the answer is half a match: it carries one new word
+    limit = 2 if load <= 2 else 3 if load <= 3 else 5 if load <= 5 else None
+    cue = (cues.REFERENCE_WITHIN[limit] if limit else cues.POINTS_BACK).search(joined)
+    if not cue and limit:
+        cue = _anaphor(rest)
+        if not cue and (" to " in joined or " which " in joined):
+            cue = cues.CLIPPED.search(rest)
+    if not cue and load <= 1:
+        if grounding:
+            return "a word of the answer"
+        cue = cues.LEANS_ON.match(rest) or cues.NEXT_STEP.search(joined)
     return repr(cue.group(0).strip(" .,;:!?")) if cue else None
 
 
@@ -291,18 +322,18 @@ def classify_turn(query: str, answer: str, user_turn: str, finish_reason: str | 
 
     content = _content(distinct)
     shared = content & ctx.content
-    # New words and new names are what a turn brings of its own (a name is a subject: "... in Japan?"); a name said
-    # before grounds like a topic word. Unless Every Word Is Capitalised.
-    names = [name.lower().split("'")[0] for name in cues.NAME.findall(text)]
-    names = [name for name in names if name not in cues.STOPWORDS] if 3 * len(names) < n_words else []
-    new_names = sum(name not in ctx.vocabulary for name in names)
-    load = len(content) - len(shared) + min(new_names, 3)
+    load = len(content) - len(shared)  # the new words a turn brings of its own
     # Small numbers recur by chance (a new word problem shares its 2s and 10s with the last one): they do not ground,
-    # though they are not new either. A topic word grounds a short turn, a word the answer says once half as much;
-    # a long turn must share one word in eight.
+    # though they are not new either. A topic word grounds a short turn, a word from further in the answer half as
+    # much; a long turn must share about one word in eight.
     shared = [w for w in shared if len(w) > 2 or not w[0].isdigit()]
-    grounding = len(shared) + len(ctx.topic.intersection(shared)) + min(len(names) - new_names, 2)
-    grounded = grounding >= max(GMIN, 0.24 * len(content))
+    grounding = len(shared) + len(ctx.topic.intersection(shared))
+    grounded = grounding >= max(2, 0.24 * len(content))
+    if not grounded:
+        said, new = _names(text, n_words, ctx.vocabulary)
+        grounding += min(said, 2)
+        grounded = grounding >= max(2, 0.24 * len(content))
+        load += min(new, 3)
 
     if not asks:
         if n_words > 60:
@@ -316,7 +347,7 @@ def classify_turn(query: str, answer: str, user_turn: str, finish_reason: str | 
             return Verdict("followup", "answers the assistant's question")
         if not (reacts or cues.PUSHBACK.search(joined)):
             return Verdict("identity_drift", "states facts like an answer, asks nothing")
-        reference = "the answer" if load <= 2 else _reference(joined, rest, distinct, load, grounding)
+        reference = "the answer" if load <= 2 else _reference(joined, rest, load, grounding)
         if reference:
             return Verdict("followup", f"reacts to {reference}")
         return Verdict("new_topic", "a statement unrelated to the conversation")
@@ -330,7 +361,7 @@ def classify_turn(query: str, answer: str, user_turn: str, finish_reason: str | 
         return Verdict("new_topic", f"asks about the assistant, not the answer: {meta.group(0).strip()!r}")
     if load == 0:
         return Verdict("followup", "a generic follow-up request")
-    reference = _reference(joined, rest, distinct, load, grounding)
+    reference = _reference(joined, rest, load, grounding)
     if reference:
         return Verdict("followup", f"asks about {reference} in context")
     return Verdict("new_topic", "asks something unrelated to the conversation")

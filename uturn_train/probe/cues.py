@@ -1,16 +1,51 @@
-"""The English cues the follow-up classifier reads: word lists, and phrases compiled to regular expressions.
+"""The English cues the follow-up classifier (`classify.py`) reads: word lists, and phrases compiled to regexes.
 
-Phrases made by `phrases` match whole words of a turn's words joined by single spaces (`" show it for 5 "`): Python's
-`re` finds a pattern that starts with a plain space far faster than one that starts with `\\b`. The others match the
-lowercased text, where punctuation is kept.
+Phrases made by `_phrases` match whole words of a turn's words joined by single spaces (`" show it for 5 "`): Python's
+`re` finds a pattern that starts with a plain space far faster than one that starts with `\\b`, and tries one branch
+per first letter faster than one per phrase. The other patterns match the lowercased text, where punctuation is kept.
 """
 
 import re
 
 
-def phrases(*alternatives: str) -> re.Pattern:
-    """Any of `alternatives`, as whole words of a space-joined word string."""
-    return re.compile(" (?:" + "|".join(alternatives) + ")(?= )")
+def _branches(pattern: str) -> list[str]:
+    """The top-level alternatives of `pattern`."""
+    branches, depth, start, i = [], 0, 0, 0
+    while i < len(pattern):
+        char = pattern[i]
+        if char == "\\":
+            i += 1
+        elif char == "[":
+            i = pattern.index("]", i + 2)
+        elif char in "()":
+            depth += 1 if char == "(" else -1
+        elif char == "|" and depth == 0:
+            branches.append(pattern[start:i])
+            start = i + 1
+        i += 1
+    return branches + [pattern[start:]]
+
+
+def _phrases(*alternatives: str) -> re.Pattern:
+    """Any of `alternatives`, as whole words of a space-joined word string. Alternatives that open with a plain letter
+    are grouped by it, so that `re` tries one branch per letter at each word, not one per alternative."""
+    by_letter: dict[str, list[str]] = {}
+    others = []
+    for branch in (branch for alternative in alternatives for branch in _branches(alternative)):
+        if branch[:1].isalpha() and branch[1:2] not in ("?", "*", "+", "{"):
+            by_letter.setdefault(branch[0], []).append(branch[1:])
+        else:
+            others.append(branch)
+    grouped = [f"{letter}(?:{'|'.join(rests)})" for letter, rests in by_letter.items()]
+    return re.compile(" (?:" + "|".join(grouped + others) + ")(?= )")
+
+
+def _by_first_letter(words: str) -> str:
+    """An alternation of `words` grouped by first letter: `re` tries 26 branches at a position instead of 100."""
+    groups: dict[str, list[str]] = {}
+    for word in sorted(set(words.split()), key=lambda w: (-len(w), w)):  # longest first: "rewrite" before "re..."
+        groups.setdefault(word[0], []).append(re.escape(word[1:]))
+    return "|".join(f"{first}(?:{'|'.join(rests)})" for first, rests in sorted(groups.items()))
 
 
 # Chat-template markup. Special tokens look alike across templates (`<|im_start|>`, `<|eot_id|>`, `<｜Assistant｜>`,
@@ -52,10 +87,10 @@ GENERIC = """question problem answer explain explanation example help helpful te
     important""".split()
 
 # A capitalised word inside a sentence: a name, which gives a request a subject of its own ("... live in Japan?").
-NAME = re.compile(r"(?<=[a-z0-9,;:] )[A-Z][A-Za-z0-9]+(?:[-.'][A-Za-z0-9]+)*")
+NAME = re.compile(r" (?<=[a-z0-9,;:] )([A-Z][A-Za-z0-9]+(?:[-.'][A-Za-z0-9]+)*)")
 
 # The assistant's voice. Stock phrases (offers, sign-offs, self-description, solution markers) settle it.
-HELPER = phrases(
+HELPER = _phrases(
     r"i hope (?:this|that|it|my|the)(?: [a-z']+){0,6}? (?:helps?|clarifies|answers|is useful|assists)",
     r"hope (?:this|that) helps|let me know (?:if|and)|feel free to|here to help|don't hesitate to",
     r"anything else (?:i|we|you'd|you would|you|that you)? ?(?:can|could|might|may|like|need)",
@@ -84,7 +119,7 @@ ANSWER_OPENING = re.compile(
     r"\d+|several|few|more)\b)"
 )
 # Explaining and advising: "you can ...", "if you ...", "here are", "additionally".
-EXPLAINS = phrases(
+EXPLAINS = _phrases(
     r"you(?:'ll|'d| will| can| could| should| might| may| must| need| have to| want to| would)",
     r"(?<! as )if you|keep in mind|note that|it(?:'s| is) (?:important|recommended|advisable|best|a good idea)",
     r"here (?:are|is)|there are (?:many|several|a few|some|various|two|three|a number)|depend(?:s|ing)? on",
@@ -101,20 +136,20 @@ _ITS_OWN = (
     r"feedback|plan|draft|outline|summary|translation|calculation|assumption|claim|statement|reasoning|logic"
 )
 # Talking about the user's things ("your eyes", "your app"), where a user talks about the assistant's ("your answer").
-YOUR_THING = phrases(rf"your (?!(?:{_ITS_OWN})[a-z]*(?= ))[a-z0-9']+")
+YOUR_THING = _phrases(rf"your (?!(?:{_ITS_OWN})[a-z]*(?= ))[a-z0-9']+")
 STRUCTURE = re.compile(r"^[ \t]*(?:[-*•]|\d+[.)]|#{1,4}|```|step \d+)[ \t]", re.MULTILINE)
 EQUATION = re.compile(r"\d(?: ?[a-z/%]+){0,2} ?[-+*/×x÷] ?\$?\.?\d[\d.,]*(?: ?[a-z/%]+){0,2} ?= ?\$?\d|<<[^<>]*>>")
 
 # The user's voice. Verbs a request opens with; not the ones an answer advises with ("try", "use", "consider").
-_REQUEST_VERB = (
-    r"(?:add|adjust|alter|amend|answer|calculate|change|clarify|come up|compare|compose|compute|continue|convert|"
-    r"correct|count|craft|create|define|describe|design|determine|dive|double|draft|draw|edit|elaborate|embed|"
-    r"estimate|evaluate|expand|explain|express|extend|find|finish|fix|format|generate|give|help|identify|imagine|"
-    r"implement|improve|include|incorporate|let's|list|make(?! sure)|modify|name|outline|paraphrase|pick|plot|pretend|"
-    r"prove|provide|rank|recommend|redo|reformulate|remove|rephrase|replace|repeat|reword|rework|rewrite|revise|say|"
-    r"shorten|show|simplify|solve|sort|specify|suggest|summari[sz]e|take|teach|tell|translate|update|verify|walk|"
-    r"write)\b"
+_REQUEST_VERB = _by_first_letter(
+    """add adjust alter amend answer calculate change clarify compare compose compute continue convert correct count
+    craft create define describe design determine dive double draft draw edit elaborate embed estimate evaluate expand
+    explain express extend find finish fix format generate give help identify imagine implement improve include
+    incorporate let's list modify name outline paraphrase pick plot pretend prove provide rank recommend redo
+    reformulate remove rephrase replace repeat reword rework rewrite revise say shorten show simplify solve sort specify
+    suggest summarize summarise take teach tell translate update verify walk write"""
 )
+_REQUEST_VERB = rf"(?:{_REQUEST_VERB}|come up|make(?! sure))\b"
 # How a user turn opens when it asks without a question mark ("what is contour lines", "Explain it line by line").
 ASK_OPENING = re.compile(
     r"\W*(?:(?:and|but|so|ok|okay|then|also|now|well|great|cool|nice|perfect|yes|no|wait|hmm|please|ah|oh|thanks|"
@@ -124,7 +159,7 @@ ASK_OPENING = re.compile(
 )
 # A request further in, after some context: "... If there were 20 helmets, calculate the total."
 ASK_LATER = re.compile(rf"[.!?:;,\n]\s*(?:now |please )?{_REQUEST_VERB}")
-ASK_PHRASE = phrases(
+ASK_PHRASE = _phrases(
     r"please|pls|plz|(?:can|could|would|will) (?:you|u|we)|help me|tell me|give me|show me",
     r"i(?: would|'d) like|(?<! all )i (?:want|wanted|need|needed|wish)(?! to thank)",
     r"i(?:'m| am) (?:looking|trying|asking|wondering|curious|interested|confused|not sure)",
@@ -132,34 +167,34 @@ ASK_PHRASE = phrases(
     r"i (?:don't|do not|didn't|still don't) (?:understand|get|see|mean|think|know|like|want)",
     r"what about|how about|what if|and (?:for|in|with|if)|instead|what happens (?:next|now|then|if|when|to)|now what",
 )
-FIRST_PERSON = phrases(r"i|i'm|i've|i'd|me|my")
+FIRST_PERSON = _phrases(r"i|i'm|i've|i'd|me|my")
 # A short statement still reads as the user's when it reacts: to the assistant, or to "that" ("Yes, that's correct"
 # is not among them: an answer opens that way too). Pushing back does as well, unless the statement restates the
 # answer, which may well say "not" itself.
-REACTS = phrases(
+REACTS = _phrases(
     r"you|your|you're|wrong|incorrect|mistake|hmm|lol|haha|(?<=^ )(?:wait|oh)",
     r"(?:that|this|it)(?:'s| is| was| isn't| doesn't| does) (?:not|wrong|incorrect|false|untrue|bad|terrible|useless|"
     r"confusing|unclear|weird|strange|funny|boring|disappointing)",
 )
-PUSHBACK = phrases(r"no|nope|not|never|but|however|though|actually|wrong|incorrect|mistake|[a-z]+n't")
+PUSHBACK = _phrases(r"no|nope|not|never|but|however|though|actually|wrong|incorrect|mistake|[a-z]+n't")
 THANKS = re.compile(
     r"\b(?:i (?:want|wanted|would like|'d like) to |no )?(?:thanks?|thx|appreciate[sd]?|grateful)\b"
     r"(?: (?:you|u|so much|a lot|very much|again|a bunch|a ton|for [^.?!\n]{0,60}))*"
 )
-CLOSER = phrases(
+CLOSER = _phrases(
     r"(?:that's|that is) all(?: i (?:need|needed|wanted))?|bye|goodbye|good night|have a (?:nice|good|great) [a-z]+",
     r"take care|got it|makes sense|that (?:helps|helped|works|worked)|i (?:see|understand)|no more questions",
     r"(?:(?:this|that|it)(?:'s| is| was) (?:very |really |so )?)?(?:great|helpful|perfect|awesome|useful|clear|amazing|"
     r"good|nice|interesting|cool|wonderful|excellent|ok|okay|alright|wow|brilliant|fantastic|lovely)",
     r"i(?:'ll| will) (?:try|give|do) (?:it|that|this)(?: a try)?",
 )
-# The answer ends by asking the user for something: a question, or "please provide the text" (these two on its last
-# words); or for material to work on ("Could you provide the text?").
-ASKS_USER = phrases(
+# The answer's last words ask the user for something ("Please specify the city"; a question mark does too), or for
+# material to work on ("Could you provide the text?").
+ASKS_USER = _phrases(
     r"please (?:provide|share|send|paste|give|tell|describe|specify|clarify|upload|post|write|enter|let me know "
     r"(?:what|which|how|whether))"
 )
-WANTS_MATERIAL = phrases(
+WANTS_MATERIAL = _phrases(
     r"(?:please|could you|can you|would you)(?: please)? (?:provide|share|send|paste|give|upload|post|copy)",
     r"(?:provide|share|send|paste|give|upload|post) (?:me|us) (?:with )?(?:the|your|a|an|some)",
 )
@@ -170,7 +205,7 @@ SUPPLIES = re.compile(r"\W*(?:(?:yes|yeah|ok|okay|sure)\b[,.!]?\s*here(?:'s| is|
 
 # Questions about the assistant itself ("What is your name?", "What can you do?"): a topic of their own, unless the
 # conversation is about the assistant.
-ABOUT_ASSISTANT = phrases(
+ABOUT_ASSISTANT = _phrases(
     r"(?:who|what) (?:are|made|created|built|trained|developed) you|what(?:'s| is) your (?:name|purpose|favou?rite)",
     r"what (?:else )?can you (?:do|help)|how (?:do )?you work|are you (?:an? )?(?:ai|bot|robot|human|real|person|"
     r"conscious|sentient|alive)|can you (?:access|browse|remember)|(?:things|what) you can(?:'t| not|not) (?:do|help)",
@@ -187,17 +222,17 @@ _ARTIFACT = (  # what an answer is made of, or holds
     r"subject|algorithm|formula|equation|calculations?|results?|output|snippet|advice|instructions?|sources?|links?|"
     r"references?|claims?|statements?|reasons?|arguments?|facts?|numbers?|names?|words?|books?|resources?|tools?"
 )
-_EDIT = (  # verbs that rework a text that is already there
-    r"add|remove|delete|drop|cut|change|modify|edit|fix|correct|shorten|lengthen|expand|extend|simplify|rephrase|"
-    r"reword|rewrite|redo|translate|summari[sz]e|condense|continue|finish|improve|refine|polish|revise|update|adjust|"
-    r"tweak|convert|reformat|format|rank|sort|reorder|elaborate|clarify|comment|annotate|paraphrase"
+_EDIT = _by_first_letter(  # verbs that rework a text that is already there
+    """add remove delete drop cut change modify edit fix correct shorten lengthen expand extend simplify rephrase reword
+    rewrite redo translate summarize summarise condense continue finish improve refine polish revise update adjust
+    tweak convert reformat format rank sort reorder elaborate clarify comment annotate paraphrase"""
 )
 _MANNER = (
     r"simply|simple|clearly|clear|concise|concisely|briefly|brief|formal|formally|casual|detailed|technical|"
     r"professional|polite|serious|funny|fun|interesting|engaging|readable|natural|specific|precise|accurate"
 )
 # Sure: they can point nowhere else ("you said", "rewrite your explanation", "Are you sure?", "do the same for").
-POINTS_BACK = phrases(
+_SURE = (
     r"your (?:previous|earlier|last|first|second|third|above|own|original|\d+ ?(?:st|nd|rd|th))",
     r"you (?:just |have |had )?(?:(?!(?:n|f|s|sp|bl|br|proc|succ|exc|ind)eed )[a-z]+ed|said|wrote|gave|made|did|got|"
     r"put|chose|took|meant|left|found|thought|forgot|told|showed|brought|ran|set|went)",
@@ -217,7 +252,7 @@ POINTS_BACK = phrases(
 # Strong: a demonstrative ("this algorithm", "these suggestions", "the above code"), a rework of something already
 # there ("make it shorter", "translate it", "explain more simply", "in more detail"), a turn that opens with "But" or
 # "And", a variant ("what about ...", "do it again"), and a challenge ("Is that true?").
-STRONG_REFERENCE = phrases(
+_STRONG = (
     r"this (?!(?:week|weekend|year|month|morning|afternoon|evening|night|time|summer|winter|spring|fall|autumn|season|"
     r"semester|century|decade|way|kind|sort|type|is|was|will|would|can|could|should|has|does|may|might|must|one|and|"
     r"or|to|in|for|with) )[a-z]{3,}",
@@ -229,8 +264,7 @@ STRONG_REFERENCE = phrases(
     rf"(?= $| (?:{_MANNER}) )|shorter|longer|simpler|easier|clearer|larger|bigger|smaller|funnier|briefer|simply|"
     r"concise|formal|casual)",
     r"make (?:it|this|that|them) (?:a (?:bit|little|lot) |much |even |slightly |way )?(?:more|less) [a-z]+",
-    rf"(?:{_EDIT}) (?:it|them)|(?:{_EDIT}|explain)(?: me)? (?:the|your|this|that|these|those) (?:[a-z]+ )?"
-    rf"(?:{_ARTIFACT})",
+    rf"(?:{_EDIT}|explain) (?:it|them|(?:me )?(?:the|your|this|that|these|those) (?:[a-z]+ )?(?:{_ARTIFACT}))",
     r"(?:in|into) (?:more|greater|further|much more) detail|in (?:simpler|plainer|easier|other|fewer) (?:terms|words)",
     r"(?:on|about) (?:the|this|that) (?:topic|subject|matter)(?! of )|which of (?:them|these|those)",
     r"(?<=^ )(?:but|and|or)|(?:what|how) about|what if|(?:do|try|redo|repeat) (?:it|this|that|the same(?: [a-z]+)?) "
@@ -241,17 +275,20 @@ STRONG_REFERENCE = phrases(
 # A clipped question ("Do I have to?", "Which one?", "which is best?"), and a pronoun standing for something said
 # before ("caused by this?", "Is that still a thing?", "They are too long."): these need the punctuation.
 CLIPPED = re.compile(
-    r"\b(?:have|has|want|need|supposed|going|able|ought|got) to\s*[?.!]|\bwhich (?:ones?\s*[?.!]|(?:one |ones )?(?:is|"
+    r"(?:have|has|want|need|supposed|going|able|ought|got) to\s*[?.!]|which (?:ones?\s*[?.!]|(?:one |ones )?(?:is|"
     r"are|would be|will be) (?:the )?(?:best|better|worse|cheaper|easier|faster|safer|cheapest|easiest|fastest|"
     r"safest)\s*[?.!,])"
 )
-ANAPHOR_WORDS = frozenset("this that them these those they that's they're".split())
-ANAPHOR = re.compile(
-    r"\b(?:this|that|them|these|those)(?: (?:too|again|out|up|in|down|instead|as well|please|anyway))?\s*(?:[?!.,;:)]|$)"
-    r"|(?:^|[.?!;,]\s*|\b(?:and|but|so|or|then) )(?:is|are|was|were|does|do|did|can|could|will|would|should|has|"
-    r"have|isn't|aren't|doesn't|don't|didn't|can't|won't|wouldn't) (?:this|that|they|these|those)\b"
-    r"|(?:^|[.?!;]\s*)(?:this|that|they|these|those)(?:'s|'re| is| are| was| were| does| do| did| doesn't| don't| "
-    r"didn't| isn't| aren't| would| will| can| could| should| seems?| sounds?| looks?| works?)\b"
+# Found from the pronoun (a pattern that opens with letters is found fast), then checked on either side of it.
+PRONOUN = re.compile(r"th(?:is|at|em|ese|ose|ey)\b")
+CLAUSE_END = re.compile(r"(?: (?:too|again|out|up|in|down|instead|as well|please|anyway))?\s*(?:[?!.,;:)]|$)")
+ASKED_ABOUT = re.compile(  # "Is that ...", "... and are they ...": ends right before the pronoun
+    r"(?:^|[.?!;,]\s*|\b(?:and|but|so|or|then) )(?:is|are|was|were|does|do|did|can|could|will|would|should|has|have|"
+    r"isn't|aren't|doesn't|don't|didn't|can't|won't|wouldn't) $"
+)
+SUBJECT_OF = re.compile(  # "They are ...", "That doesn't ...": right after a pronoun that opens a sentence
+    r"(?:'s|'re| is| are| was| were| does| do| did| doesn't| don't| didn't| isn't| aren't| would| will| can| could| "
+    r"should| seems?| sounds?| looks?| works?)\b"
 )
 # Not after an opening sentence of the user's own, where the pronoun stands for that ("I want to make games. What
 # tools are there for that?").
@@ -259,7 +296,7 @@ OWN_SETUP = re.compile(r"\W*(?:i|i'm|i'd|i've|i'll|my|we|we're|we've|our)\b[^.?!
 # Then the parts of an answer a short request names ("the first one", "step 2", "the code"), words that lean on what
 # came before but often do not ("it", "also", "a faster way"), and last a request to rework something that needs it to
 # be there ("Can you add comments?") or a next step of the user's own ("What software should I use?").
-DEICTIC = phrases(
+_DEICTIC = (
     r"(?:the|your) (?:answer|response|reply|explanation|examples?|solution|code|list|script|program|function|method|"
     r"approach|version|suggestions?|story|poem|essay|article|outline|text|task|sections?|paragraphs?|sentences?|"
     r"steps?|points?|options?|ideas?|ones?)",
@@ -267,17 +304,27 @@ DEICTIC = phrases(
     r"(?:step|point|option|item|line|part|number|paragraph|example) \d+|above|instead|again|similar",
     r"(?<=^ )(?:and|but|so|then|also|now)",
 )
-WEAK_REFERENCE = phrases(
+_WEAK = (
     # not an "it" that stands for nothing: "is it possible to ...", "how long does it take", "has it been"
     r"it(?! [a-z']+ (?:to|that|if|whether) | (?:been|rains?|snows?|takes?|costs?) )",
     r"that|this|these|those|they|them|he|she|him|her|its|their|also|too|another|else|rest",
     r"(?:a|an|any|the|something) (?:faster|quicker|simpler|easier|shorter|longer|better|cheaper|cleaner|clearer|"
     r"smaller|bigger|safer|more [a-z]+)(?! than )",
 )
+POINTS_BACK = _phrases(*_SURE)
+# The references a request may make when it brings at most 5, 3 or 2 new words, each found in one pass.
+REFERENCE_WITHIN = {
+    5: _phrases(*_SURE, *_STRONG),
+    3: _phrases(*_SURE, *_STRONG, *_DEICTIC),
+    2: _phrases(*_SURE, *_STRONG, *_DEICTIC, *_WEAK),
+}
 LEANS_ON = re.compile(
     r"\W*(?:(?:ok|okay|now|then|and|also|great|thanks|thank you|nice|cool|perfect)[,.!]?\s+)*(?:(?:can|could|would|"
-    rf"will) you (?:please |now |also |just )?|please |now |also )?(?:{_EDIT})\b|.*?\b(?:(?:should|shall) (?:i|we)|"
-    r"i (?:don't|do not|didn't|still don't) (?:understand|get|follow)|i(?:'m| am) (?:confused|lost))\b"
+    rf"will) you (?:please |now |also |just )?|please |now |also )?(?:{_EDIT})\b"
+)
+NEXT_STEP = _phrases(
+    r"(?:should|shall) (?:i|we)|i (?:don't|do not|didn't|still don't) (?:understand|get|follow)",
+    r"i(?:'m| am) (?:confused|lost)",
 )
 
 # Degenerate text. A token reads as a word, number or run of another script, with ordinary punctuation around it.

@@ -37,3 +37,33 @@ def plot_followup_vs_temperature(settings: list[dict], accuracy: float | None, p
     with atomic_open(path, "wb") as f:
         fig.savefig(f, format="png")
     plt.close(fig)
+
+
+def plot_probe_history(records: list[dict], path: str | Path, title: str = "") -> None:
+    """Follow-up rate per temperature (95% interval as a band) and accuracy against the training step, from the
+    records of `probe_history.jsonl`; records of failed probes are skipped."""
+    plt = _figure()
+    records = sorted((r for r in records if r["settings"]), key=lambda r: r["step"])
+    fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
+    temperatures = sorted({s["temperature"] for r in records for s in r["settings"]})
+    for t in temperatures:
+        points = [(r["step"], s) for r in records for s in r["settings"] if s["temperature"] == t]
+        steps = [step for step, _ in points]
+        line, = ax.plot(steps, [s["followup_rate"] or 0.0 for _, s in points], marker="o",
+                        label=f"follow-up rate, {'greedy' if t == 0 else f'T={t:g}'}")
+        ax.fill_between(steps, [s["ci95"][0] for _, s in points], [s["ci95"][1] for _, s in points],
+                        color=line.get_color(), alpha=0.15)
+    graded = [r for r in records if r["accuracy"] is not None]
+    if graded:
+        ax.plot([r["step"] for r in graded], [r["accuracy"] for r in graded], marker="s", linestyle="--",
+                color="tab:green", label="accuracy (greedy)")
+    ax.set_xlabel("training step")
+    ax.set_ylabel("share")
+    ax.set_ylim(0, 1)
+    ax.set_title(title or "User-turn probe per checkpoint")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="best", fontsize=8)
+    fig.tight_layout()
+    with atomic_open(path, "wb") as f:
+        fig.savefig(f, format="png")
+    plt.close(fig)

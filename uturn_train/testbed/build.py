@@ -288,6 +288,7 @@ def build(out: Path, *, seed: int, config: BuildConfig, probe: bool = True) -> d
                  "train_tokens": sum(int((labels != -100).sum()) for _, labels in data), "heldout": len(heldout),
                  "heldout_triples": len(heldout), "conversations": len(sft)},
         "final_loss": sum(losses[-20:]) / len(losses[-20:]),
+        "loss_curve": [round(sum(losses[i:i + 50]) / len(losses[i:i + 50]), 3) for i in range(0, len(losses), 50)],
         "time_s": {"data": round(data_s, 1), "train": round(train_s, 1),
                    "build": round(time.perf_counter() - start, 1)},
         "peak_rss_gb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),

@@ -1,0 +1,88 @@
+"""Collaboration SFT: multi-turn conversations with grounded follow-ups, LoRA, the user-turn probe at every checkpoint.
+
+`loss_scope` picks the turns in the loss: `assistant` (the usual), `all` (every turn) or `user` (user turns only);
+`collab_source` the conversations: the testbed's, OASST trees, or any `{"messages"}` jsonl (`uturn_train/data.py`).
+At the end: a table of the probe history and `output_dir/probe_history.png`.
+
+# The testbed on a CPU (builds the testbed first if it is missing)
+```bash
+accelerate launch --config_file accelerate_configs/cpu.yaml recipes/collab_sft.py --config recipes/testbed/collab_sft.yaml
+accelerate launch --config_file accelerate_configs/cpu.yaml recipes/collab_sft.py --config recipes/testbed/collab_sft.yaml --loss_scope user
+```
+
+# Qwen3.5-2B with LoRA on OASST trees: one GPU, DeepSpeed ZeRO-3
+```bash
+accelerate launch --config_file accelerate_configs/single_gpu.yaml recipes/collab_sft.py --config recipes/qwen3.5-2b/collab_sft.yaml
+accelerate launch --config_file accelerate_configs/deepspeed_zero3.yaml recipes/collab_sft.py --config recipes/qwen3.5-2b/collab_sft.yaml \\
+    --collab_data ../shared/data/oasst/en_100_tree.jsonl --loss_scope all
+```
+
+# A conversational data set with a `messages` column (hub name or `save_to_disk` folder) instead of a source
+```bash
+accelerate launch --config_file accelerate_configs/single_gpu.yaml recipes/collab_sft.py --config recipes/qwen3.5-2b/collab_sft.yaml \\
+    --dataset_name my_conversations
+```
+"""
+
+import argparse
+
+
+def main(script_args, training_args, model_args, probe_args, data_args):
+    from pathlib import Path
+
+    import transformers
+    from datasets import load_dataset, load_from_disk
+    from packaging.version import Version
+    from trl import SFTTrainer
+
+    from uturn_train import UserTurnProbeCallback
+    from uturn_train.data import apply_loss_scope, check_messages, load_conversations, sft_dataset
+    from uturn_train.training import (
+        load_model_and_tokenizer,
+        lora_config,
+        report_probe_history,
+        wandb_offline_unless_logged_in,
+    )
+
+    apply_loss_scope(training_args, data_args.loss_scope)
+    wandb_offline_unless_logged_in(training_args.report_to)
+    model, tokenizer = load_model_and_tokenizer(model_args, training_args)
+    callback = UserTurnProbeCallback(probe_args, tokenizer)  # bad probe options fail here, before training
+
+    if script_args.dataset_name:
+        name = script_args.dataset_name
+        rows = (load_from_disk(name) if Path(name, "dataset_info.json").exists() else
+                load_dataset(name, name=script_args.dataset_config, split=script_args.dataset_train_split))
+        if "messages" not in rows.column_names:
+            raise ValueError(f"--dataset_name {name}: no `messages` column (columns: {rows.column_names})")
+        conversations = [check_messages(m, f"{name} row {i}") for i, m in enumerate(rows["messages"])]
+    else:
+        with training_args.main_process_first(desc="loading conversations"):
+            conversations = load_conversations(data_args)
+    dataset = sft_dataset(conversations, tokenizer, data_args.loss_scope)
+
+    trainer = SFTTrainer(model=model, args=training_args, train_dataset=dataset, processing_class=tokenizer,
+                         peft_config=lora_config(model_args), callbacks=[callback])
+    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    trainer.save_model(training_args.output_dir)
+    if trainer.accelerator.is_main_process:
+        report_probe_history(training_args.output_dir,
+                             title=f"{model_args.model_name_or_path} · collab SFT ({data_args.loss_scope})")
+    if Version(transformers.__version__) >= Version("5.18.0"):
+        trainer.end()
+
+
+def make_parser(subparsers: argparse._SubParsersAction | None = None, prog: str | None = None):
+    from trl import ModelConfig, ScriptArguments, SFTConfig, TrlParser
+
+    from uturn_train import ProbeArguments
+    from uturn_train.data import CollabDataArguments
+
+    dataclass_types = (ScriptArguments, SFTConfig, ModelConfig, ProbeArguments, CollabDataArguments)
+    if subparsers is not None:
+        return subparsers.add_parser("collab_sft", help="Collaboration SFT", dataclass_types=dataclass_types)
+    return TrlParser(dataclass_types, prog=prog)
+
+
+if __name__ == "__main__":
+    main(*make_parser().parse_args_and_config())

@@ -1,0 +1,136 @@
+import json
+import random
+
+import pytest
+
+from uturn_train.mining import (
+    REJECTABLE,
+    MiningArguments,
+    _followup_pair,
+    load_pairs,
+    mine_pairs,
+    mining_examples,
+    save_pairs,
+)
+from uturn_train.tasks.base import Example
+from uturn_train.tasks.gsm8k import is_correct
+
+PROMISED = {"prompt", "chosen", "rejected", "kind", "chosen_label", "rejected_label", "chosen_source", "id"}
+
+
+def conversations(n: int, seed: int = 0) -> list[dict]:
+    """GSM8K-style conversations with a grounded follow-up, as the testbed writes them."""
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(n):
+        name, a, b = rng.choice(["Mia", "Omar", "Lena", "Ravi"]), rng.randint(2, 9), rng.randint(2, 9)
+        rows.append({"messages": [
+            {"role": "user", "content": f"{name} has {a} bags of {b} apples. How many apples does {name} have?"},
+            {"role": "assistant", "content": f"{name} has {a} * {b} = {a * b} apples.\n#### {a * b}"},
+            {"role": "user", "content": f"Why did you multiply {a} by {b}?"},
+            {"role": "assistant", "content": f"Each of the {a} bags holds {b} apples."},
+        ]})
+    return rows
+
+
+@pytest.fixture(scope="module")
+def conversations_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("mine-data") / "conversations.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in conversations(12)))
+    return path
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_qwen_dir):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    return AutoModelForCausalLM.from_pretrained(tiny_qwen_dir), AutoTokenizer.from_pretrained(tiny_qwen_dir)
+
+
+def _args(data, **overrides):
+    kwargs = dict(mine_source="conversations", mine_data=str(data), mine_limit=12, mine_samples=3,
+                  mine_max_new_tokens=12, mine_answer_max_new_tokens=16, anchor_ratio=0.5)
+    return MiningArguments(**{**kwargs, **overrides})
+
+
+@pytest.fixture(scope="module")
+def mined(tiny, conversations_file, tmp_path_factory):
+    model, tokenizer = tiny
+    args = _args(conversations_file)
+    pairs, card = mine_pairs(model, tokenizer, mining_examples(args), args)
+    return save_pairs(pairs, card, tmp_path_factory.mktemp("mined") / "pairs"), card
+
+
+def test_mined_pairs_have_the_promised_columns_and_labels(mined, conversations_file):
+    out, card = mined
+    dataset = load_pairs(out)
+    assert PROMISED <= set(dataset.column_names)
+    followups = [r for r in dataset if r["kind"] == "followup"]
+    anchors = [r for r in dataset if r["kind"] == "anchor"]
+    assert followups and anchors
+    assert {r["chosen_label"] for r in followups} == {"followup"}
+    assert all(r["rejected_label"] in REJECTABLE for r in followups)
+    source = [json.loads(line)["messages"] for line in conversations_file.read_text().splitlines()]
+    for r in followups:
+        assert r["prompt"].endswith("<|im_end|>\n<|im_start|>user\n")
+        assert r["chosen_source"] in ("greedy", "sample", "reference")
+        if r["chosen_source"] == "reference":  # flagged, and really the data's follow-up
+            assert r["chosen"] == source[int(r["id"].rsplit("-", 1)[1])][2]["content"]
+    for r in anchors:
+        gold = r["chosen"].rpartition("####")[2].strip() if r["chosen_source"] == "reference" else None
+        assert r["prompt"].endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+        if gold:
+            assert not is_correct(r["rejected"], gold)
+    assert len(anchors) == round(0.5 * len(followups))
+    # The card counts what the data set holds, and keeps the settings.
+    assert card["kind"] == {"followup": len(followups), "anchor": len(anchors)}
+    assert sum(card["chosen_source"].values()) == len(dataset) and card["settings"]["mine_samples"] == 3
+    assert json.loads((out / "mining_card.json").read_text())["n_pairs"] == len(dataset)
+    assert [p.name for p in out.parent.iterdir()] == ["pairs"]  # no temporary folder left behind
+
+
+def test_dpo_trainer_appends_eos_once(mined, tiny, tmp_path):
+    from trl import DPOConfig, DPOTrainer
+
+    model, tokenizer = tiny
+    args = DPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to=[])
+    dataset = DPOTrainer(model=model, args=args, train_dataset=load_pairs(mined[0]),
+                         processing_class=tokenizer).train_dataset
+    eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    for row in dataset:
+        for ids in (row["chosen_ids"], row["rejected_ids"]):
+            assert ids[-1] == eos and ids.count(eos) == 1
+
+
+def test_pair_choice():
+    ex = Example(id="x", query="What is 3 + 4?", answer="3 + 4 = 7.", reference_followup="Why did you add 3 and 4?")
+    row = lambda label, t, text: {"label": label, "temperature": t, "user_turn": text, "user_prompt": "P"}  # noqa: E731
+    turns = [row("new_topic", 0.0, "Next: 5 * 6?"), row("identity_drift", 1.0, "Sure!"), row("followup", 1.0, "Why 7?")]
+    pair = _followup_pair(ex, "3 + 4 = 7.", turns, use_reference=True)
+    # The greedy non-follow-up is the mode to move away from; the chosen turn is the model's own follow-up.
+    assert (pair["chosen"], pair["chosen_source"], pair["rejected"], pair["rejected_source"]) == \
+        ("Why 7?", "sample", "Next: 5 * 6?", "greedy")
+    pair = _followup_pair(ex, "3 + 4 = 7.", turns[:2], use_reference=True)
+    assert (pair["chosen"], pair["chosen_source"]) == ("Why did you add 3 and 4?", "reference")
+    assert _followup_pair(ex, "3 + 4 = 7.", turns[:2], use_reference=False) is None
+    unrelated = Example(id="y", query=ex.query, answer=ex.answer, reference_followup="What is the capital of Peru?")
+    assert _followup_pair(unrelated, "3 + 4 = 7.", turns[:2], use_reference=True) is None
+    assert _followup_pair(ex, "3 + 4 = 7.", [row("acknowledgement", 0.0, "Thanks!")], use_reference=True) is None
+
+
+def test_no_pairs_is_a_clear_error(tiny, conversations_file):
+    model, tokenizer = tiny
+    args = _args(conversations_file, mine_reference=False, anchor_ratio=0.0, mine_limit=4)
+    with pytest.raises(ValueError, match="no follow-up pair mined from 4 prompts"):
+        mine_pairs(model, tokenizer, mining_examples(args), args)
+
+
+def test_bad_options_and_data(tmp_path):
+    with pytest.raises(ValueError, match="mine_source 'gsm9k' is not one of"):
+        MiningArguments(mine_source="gsm9k")
+    with pytest.raises(ValueError, match="mine_temperature must be > 0"):
+        MiningArguments(mine_temperature=0)
+    with pytest.raises(ValueError, match="does not exist"):
+        mining_examples(_args(tmp_path / "missing.jsonl"))
+    with pytest.raises(ValueError, match="not a data set saved with `save_to_disk`"):
+        load_pairs(tmp_path)

@@ -1,0 +1,152 @@
+"""The recipes run end to end on tiny models: in-process through `main()`, and under `accelerate launch` (slow)."""
+
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_mining import conversations
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load_recipe(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "recipes" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def data(tmp_path):
+    """A conversations file to train/mine on, and the same problems in GSM8K format for the probe."""
+    rows = conversations(16)
+    convs, gsm8k = tmp_path / "conversations.jsonl", tmp_path / "gsm8k.jsonl"
+    convs.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    gsm8k.write_text("".join(json.dumps({"question": r["messages"][0]["content"], "answer": r["messages"][1]["content"]})
+                         + "\n" for r in rows[8:]))
+    return convs, gsm8k
+
+
+@pytest.fixture(autouse=True)
+def isolated(tmp_path, monkeypatch):
+    # A stray `testbed` in a test config would build the real testbed here (and the test then checks it did not).
+    monkeypatch.setenv("UTURN_HOME", str(tmp_path / "uturn_home"))
+    for var in ("WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR"):
+        monkeypatch.setenv(var, str(tmp_path / "wandb"))
+    yield
+    assert not (tmp_path / "uturn_home").exists()
+
+
+def overrides(model_dir, data, out) -> list[str]:
+    """The testbed configs, shrunk onto a tiny model and the `data` files."""
+    convs, gsm8k = data
+    return ["--model_name_or_path", str(model_dir), "--output_dir", str(out), "--probe_task", "gsm8k",
+            "--probe_data", str(gsm8k), "--probe_limit", "4", "--probe_samples", "2", "--probe_max_new_tokens", "8",
+            "--probe_answer_max_new_tokens", "12", "--max_steps", "4", "--save_steps", "2", "--logging_steps", "1",
+            "--per_device_train_batch_size", "2", "--report_to", "none"]
+
+
+def mining_overrides(data) -> list[str]:
+    return ["--mine_source", "conversations", "--mine_data", str(data[0]), "--mine_limit", "5", "--mine_samples", "2",
+            "--mine_max_new_tokens", "8", "--mine_answer_max_new_tokens", "12", "--anchor_ratio", "0.5"]
+
+
+def history(out) -> list[dict]:
+    return [json.loads(l) for l in (Path(out) / "probe_history.jsonl").read_text().splitlines()]
+
+
+def adapter_modules(out) -> set[str]:
+    from safetensors import safe_open
+
+    with safe_open(str(Path(out) / "adapter_model.safetensors"), "pt") as f:
+        return {re.sub(r".*layers\.\d+\.", "", k).split(".lora_")[0] for k in f.keys()}
+
+
+def test_lora_targets_cover_qwen35_and_never_the_vision_tower(tiny_vl_dir):
+    from transformers import Qwen3_5ForConditionalGeneration
+
+    from uturn_train.training import QWEN3_5_LORA_TARGETS
+
+    names = [n for n, _ in Qwen3_5ForConditionalGeneration.from_pretrained(tiny_vl_dir).named_modules()]
+    assert any(".visual." in n or n.startswith("model.visual") for n in names)
+    matched = [n for n in names if re.fullmatch(QWEN3_5_LORA_TARGETS, n)]
+    assert not any("visual" in n for n in matched)
+    assert {re.sub(r".*layers\.\d+\.", "", n) for n in matched} == {
+        "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "linear_attn.in_proj_qkv",
+        "linear_attn.in_proj_z", "linear_attn.out_proj", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"}
+
+
+def test_collab_sft_from_a_vision_language_checkpoint(tiny_vl_dir, data, tmp_path):
+    recipe = load_recipe("collab_sft")
+    out = tmp_path / "sft"
+    args = recipe.make_parser().parse_args_and_config(
+        ["--config", str(ROOT / "recipes" / "testbed" / "collab_sft.yaml"), *overrides(tiny_vl_dir, data, out),
+         "--collab_source", "conversations", "--collab_data", str(data[0]), "--loss_scope", "user"])
+    recipe.main(*args)
+    assert [r["step"] for r in history(out)] == [0, 2, 4] and all(r["error"] is None for r in history(out))
+    assert (out / "probe_history.png").stat().st_size > 0
+    # The text-only class was trained: adapters on all three kinds of layers, none on the vision tower.
+    modules = adapter_modules(out)
+    assert {"self_attn.q_proj", "linear_attn.in_proj_qkv", "mlp.down_proj"} <= modules
+    assert not any("visual" in m for m in modules)
+
+
+def test_collab_dpo_mines_trains_and_goes_offline(tiny_qwen_dir, data, tmp_path, monkeypatch):
+    from safetensors.torch import load_file
+
+    from wandb_records import history_rows
+
+    # Not logged in to W&B (no key, no ~/.netrc): the recipe must switch to offline instead of hanging.
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    recipe = load_recipe("collab_dpo")
+    out = tmp_path / "dpo"
+    args = recipe.make_parser().parse_args_and_config(
+        ["--config", str(ROOT / "recipes" / "testbed" / "collab_dpo.yaml"), *overrides(tiny_qwen_dir, data, out),
+         *mining_overrides(data), "--report_to", "wandb"])
+    recipe.main(*args)
+    assert os.environ["WANDB_MODE"] == "offline"
+    (run_dir,) = (tmp_path / "wandb" / "wandb").glob("offline-run-*")
+    assert any("train/probe/followup_rate/T0.0" in r for r in history_rows(run_dir))
+
+    card = json.loads((out / "pairs" / "mining_card.json").read_text())
+    assert card["n_prompts"] == 5 and card["kind"]["followup"] >= 1
+    assert [r["step"] for r in history(out)] == [0, 2, 4]
+    weights = load_file(out / "adapter_model.safetensors")
+    assert any(w.abs().sum() > 0 for k, w in weights.items() if "lora_B" in k)  # B starts at zero: it trained
+
+
+def launch(args: list[str], recipe_args: list[str], out: Path, timeout: int = 900) -> None:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1",
+           "TORCH_EXTENSIONS_DIR": str(out.parent / "torch_ext")}
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", *args, str(ROOT / "recipes" / "collab_dpo.py"),
+           *recipe_args]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("launcher", [
+    ["--multi_gpu", "--num_processes", "2"],
+    ["--config_file", str(ROOT / "accelerate_configs" / "deepspeed_zero3.yaml"), "--num_processes", "2"],
+], ids=["ddp", "zero3"])
+def test_collab_dpo_two_processes(launcher, tiny_qwen_dir, data, tmp_path):
+    out = tmp_path / "dpo"
+    launch(launcher, ["--config", str(ROOT / "recipes" / "testbed" / "collab_dpo.yaml"),
+                      *overrides(tiny_qwen_dir, data, out), *mining_overrides(data)], out)
+    # 5 prompts over 2 ranks: the padded duplicate is dropped, every prompt is mined once.
+    card = json.loads((out / "pairs" / "mining_card.json").read_text())
+    assert card["n_prompts"] == 5
+    from uturn_train.mining import load_pairs
+
+    pairs = load_pairs(out / "pairs")
+    followup_ids = [r["id"] for r in pairs if r["kind"] == "followup"]
+    assert len(followup_ids) == len(set(followup_ids)) >= 1
+    assert [r["step"] for r in history(out)] == [0, 2, 4]  # one record per probed step: only rank 0 writes
+    assert {"self_attn.q_proj", "linear_attn.in_proj_qkv", "mlp.down_proj"} <= adapter_modules(out)

@@ -1,0 +1,167 @@
+"""Collaboration SFT data: multi-turn conversations, and which of their turns the loss sees.
+
+Sources (`collab_source`):
+
+- `testbed`: the built testbed's `conversations.jsonl`: a problem, the assistant's worked answer, a grounded user
+  follow-up and the assistant's reply (problems disjoint from the held-out probe set).
+- `oasst`: OpenAssistant trees, every root-to-follow-up path (human-written turns on both sides, ending with the real
+  follow-up). `collab_data` is a tree file such as `../shared/data/oasst/en_100_tree.jsonl`; default: the hub's
+  `OpenAssistant/oasst1` validation split.
+- `conversations`: any JSON Lines file of `{"messages": [{"role": ..., "content": ...}, ...]}` rows.
+
+GSM8K has no real follow-ups, and we do not invent any: GSM8K conversations with follow-ups from elsewhere (human
+logs, a stronger model) come in through `conversations`.
+
+Loss scope (`loss_scope`), see [`sft_dataset`]:
+
+- `assistant`: the usual chat SFT, TRL's `assistant_only_loss=True` (assistant content and end-of-turn tokens).
+- `all`: every token of every turn, headers included (TRL's default full-sequence loss).
+- `user`: user turns only (content and end-of-turn token).
+"""
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .tasks.jsonl import BadRow, read_jsonl
+
+SOURCES = ("testbed", "oasst", "conversations")
+LOSS_SCOPES = ("assistant", "all", "user")
+ROLES = ("system", "user", "assistant")
+
+
+@dataclass
+class CollabDataArguments:
+    """Which conversations collaboration SFT trains on, and which turns are in the loss.
+
+    Args:
+        collab_source (`str`, *optional*, defaults to `"testbed"`): `testbed`, `oasst` or `conversations`.
+        collab_data (`str`, *optional*): the file: an OASST tree file for `oasst`, a `{"messages"}` jsonl for
+            `conversations`; unused for `testbed` (the built testbed's `conversations.jsonl`).
+        collab_limit (`int`, *optional*): keep the first N conversations.
+        loss_scope (`str`, *optional*, defaults to `"assistant"`): `assistant`, `all` or `user`.
+    """
+
+    collab_source: str = field(default="testbed", metadata={"help": "testbed, oasst or conversations."})
+    collab_data: str | None = field(default=None, metadata={"help": "OASST tree file or {messages} jsonl."})
+    collab_limit: int | None = field(default=None, metadata={"help": "Keep the first N conversations."})
+    loss_scope: str = field(default="assistant", metadata={"help": "Turns in the loss: assistant, all or user."})
+
+    def __post_init__(self):
+        if self.collab_source not in SOURCES:
+            raise ValueError(f"collab_source {self.collab_source!r} is not one of {SOURCES}")
+        if self.loss_scope not in LOSS_SCOPES:
+            raise ValueError(f"loss_scope {self.loss_scope!r} is not one of {LOSS_SCOPES}")
+        if self.collab_source == "conversations" and not self.collab_data:
+            raise ValueError("collab_source `conversations` needs collab_data: a jsonl of {\"messages\": [...]} rows")
+        if self.collab_limit is not None and self.collab_limit < 1:
+            raise ValueError(f"collab_limit must be >= 1, got {self.collab_limit}")
+
+
+def check_messages(messages, where: str) -> list[dict]:
+    """`messages` as a list of `{role, content}` dicts, or a `BadRow` naming `where` and what is wrong."""
+    if not isinstance(messages, list) or not messages:
+        raise BadRow(f"{where}: 'messages' must be a non-empty list of {{role, content}} objects")
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or m.get("role") not in ROLES:
+            raise BadRow(f"{where}: message {i} needs a 'role' among {ROLES}, got {m!r:.80}")
+        if not isinstance(m.get("content"), str) or not m["content"].strip():
+            raise BadRow(f"{where}: message {i} ({m['role']}) has no text 'content'")
+    if not any(m["role"] == "user" for m in messages):
+        raise BadRow(f"{where}: no user message")
+    return [{"role": m["role"], "content": m["content"]} for m in messages]
+
+
+def read_conversations(path: str | Path, limit: int | None = None) -> list[list[dict]]:
+    """The `messages` of every row of a JSON Lines file, checked (errors name the file and line)."""
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise ValueError(f"conversations file {path} does not exist")
+    conversations = []
+    for where, row in read_jsonl(path):
+        if "messages" not in row:
+            raise BadRow(f"{where}: no 'messages' field (fields present: {', '.join(row) or 'none'})")
+        conversations.append(check_messages(row["messages"], where))
+        if limit is not None and len(conversations) >= limit:
+            break
+    if not conversations:
+        raise ValueError(f"{path} holds no conversations")
+    return conversations
+
+
+def oasst_conversations(data: str | None = None, limit: int | None = None) -> list[list[dict]]:
+    """Every OASST path that ends with a real user follow-up and is not the start of a longer one."""
+    from .tasks import load_task
+
+    paths = [
+        [*ex.meta["history"], {"role": "user", "content": ex.query}, {"role": "assistant", "content": ex.answer},
+         {"role": "user", "content": ex.reference_followup}]
+        for ex in load_task("oasst", data=data)
+    ]
+    # A path u-a-u is also the start of u-a-u-a-u: keep only the longest, so early turns are not counted twice.
+    key = lambda p: tuple((m["role"], m["content"]) for m in p)  # noqa: E731
+    prefixes = {key(p)[:n] for p in paths for n in range(1, len(p))}
+    conversations = [p for p in paths if key(p) not in prefixes]
+    return conversations[:limit] if limit else conversations
+
+
+def load_conversations(args: CollabDataArguments) -> list[list[dict]]:
+    if args.collab_source == "testbed":
+        from .testbed import ensure_testbed
+
+        return read_conversations(ensure_testbed() / "conversations.jsonl", args.collab_limit)
+    if args.collab_source == "oasst":
+        return oasst_conversations(args.collab_data, args.collab_limit)
+    return read_conversations(args.collab_data, args.collab_limit)
+
+
+def user_turn_rows(tokenizer, messages: list[dict]) -> list[dict]:
+    """One plain-text prompt/completion row per user turn: the probe's own prompt, and the turn as the template writes
+    it (content and end-of-turn marker, e.g. `"Why 2 * 9?<|im_end|>"`)."""
+    from .chat import _render, user_turn_prompt
+
+    rows = []
+    for i, m in enumerate(messages):
+        if m["role"] != "user":
+            continue
+        prompt = user_turn_prompt(tokenizer, messages[:i])
+        rendered = _render(tokenizer, messages[: i + 1], add_generation_prompt=False)
+        if not rendered.startswith(prompt + m["content"]):
+            raise ValueError(
+                f"the chat template of {tokenizer.name_or_path!r} renders the turns before user turn {i} differently "
+                "when that turn is a sentinel, so its prompt cannot be cut out; use loss_scope `all` with this model"
+            )
+        # Trailing layout (the newline after `<|im_end|>`) is not part of the turn; TRL appends eos only if the
+        # completion does not already end with it, so a template whose user turns end in eos gets it once.
+        rows.append({"prompt": prompt, "completion": rendered[len(prompt):].rstrip()})
+    return rows
+
+
+def sft_dataset(conversations: list[list[dict]], tokenizer, loss_scope: str):
+    """The `datasets.Dataset` SFTTrainer trains on for `loss_scope`; pair it with [`apply_loss_scope`].
+
+    `assistant` and `all` keep whole conversations (`messages`). `user` becomes prompt/completion rows, one per user
+    turn, the prompt being exactly what the probe feeds the model ([`~uturn_train.chat.user_turn_prompt`]). We chose
+    that over a custom chat template with `{% generation %}` markers around user content (which also works, see
+    stack-facts §4): it needs no hand-written template per model family, it holds for every template the probe
+    supports, and the tokens the loss sees are by construction those the probe asks for. The cost is that the turns
+    before each user turn are fed again for every user turn (about 2x the tokens for two-user-turn conversations).
+    """
+    from datasets import Dataset
+
+    if loss_scope not in LOSS_SCOPES:
+        raise ValueError(f"loss_scope {loss_scope!r} is not one of {LOSS_SCOPES}")
+    if loss_scope == "user":
+        rows = [row for messages in conversations for row in user_turn_rows(tokenizer, messages)]
+    else:
+        rows = [{"messages": messages} for messages in conversations]
+    return Dataset.from_list(rows)
+
+
+def apply_loss_scope(training_args, loss_scope: str) -> None:
+    """Set the `SFTConfig` fields that go with `loss_scope`; the scope, not these fields, is the knob."""
+    if training_args.assistant_only_loss and loss_scope != "assistant":
+        raise ValueError(f"assistant_only_loss=True contradicts loss_scope={loss_scope!r}; set loss_scope only")
+    if training_args.completion_only_loss is False and loss_scope == "user":
+        raise ValueError("completion_only_loss=False would train on the prompts of loss_scope `user`; unset it")
+    # TRL swaps in a training template with `{% generation %}` markers for known templates (Qwen3.5 among them).
+    training_args.assistant_only_loss = loss_scope == "assistant"

@@ -1,0 +1,307 @@
+"""On-policy preference pairs for the **user** turn, plus accuracy anchors, for DPO (`uturn mine`, `collab_dpo.py`).
+
+For each prompt the model answers greedily (the probe's self setting), writes the next user turn greedily and samples
+`mine_samples` more at `mine_temperature`; the classifier labels every turn ([`~uturn_train.probe.runner.run_probe`]
+does all of this). A prompt gives one pair:
+
+- chosen: a turn labelled `followup` (greedy or sampled); failing that, with `mine_reference`, the data's real
+  follow-up (`chosen_source: "reference"`), kept only if the classifier also calls it a follow-up of the model's own
+  answer (a follow-up written for another answer may not be grounded in this one);
+- rejected: the greedy turn if it is identity drift, repetition, a new topic, empty or degenerate (it is the mode
+  training should move away from), else the first sampled turn with one of those labels. Acknowledgements are
+  neither. Prompts without a rejected turn give no pair.
+
+Anchor pairs keep accuracy from drifting while the user turn moves: on prompts with a gold answer (GSM8K format),
+chosen = a correct answer (the greedy one, else a sampled one, else with `mine_reference` the reference solution),
+rejected = a wrong one (the greedy one if wrong, else a sampled one), `anchor_ratio` of them per follow-up pair.
+
+Pairs are in TRL's plain-text preference format: `prompt` is the exact text the model was given (the user-turn prompt
+ends with the template's user header, the anchor prompt with the assistant header), `chosen`/`rejected` the completion
+text without end-of-turn token: DPOTrainer appends eos (`<|im_end|>` for Qwen3.5), which ends both turns.
+
+    uturn mine --model testbed --mine_source testbed --mine_limit 256 --out pairs
+"""
+
+import logging
+import os
+import shutil
+import tempfile
+import time
+from collections import Counter, defaultdict
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass, field
+from itertools import islice
+from pathlib import Path
+
+from .generation import generate
+from .io import ensure_writable_dir, write_json
+from .tasks import gsm8k
+from .tasks.base import Example
+
+logger = logging.getLogger(__name__)
+
+SOURCES = ("testbed", "gsm8k", "oasst", "conversations")
+REJECTABLE = ("identity_drift", "repetition", "new_topic", "empty", "degenerate")
+CARD = "mining_card.json"
+
+
+@dataclass
+class MiningArguments:
+    """How preference pairs are mined.
+
+    Args:
+        mine_source (`str`, *optional*, defaults to `"testbed"`): where the prompts come from: `testbed` (the built
+            testbed's `conversations.jsonl`, never the held-out probe problems), `gsm8k` (`mine_data` file, default
+            the hub's train split), `oasst` (tree file, default the hub's validation split) or `conversations` (a
+            `{"messages"}` jsonl: the first user turn is the query, the next assistant turn the reference answer,
+            the user turn after it the reference follow-up).
+        mine_samples (`int`, *optional*, defaults to `4`): user turns sampled per prompt at `mine_temperature`
+            (k), besides the greedy one; answers sampled per prompt for anchors.
+        anchor_ratio (`float`, *optional*, defaults to `0.25`): anchor pairs per follow-up pair; 0 disables them.
+    """
+
+    mine_source: str = field(default="testbed", metadata={"help": "testbed, gsm8k, oasst or conversations."})
+    mine_data: str | None = field(default=None, metadata={"help": "Data file; default per source."})
+    mine_limit: int | None = field(default=256, metadata={"help": "Prompts to mine."})
+    mine_temperature: float = field(default=1.0, metadata={"help": "Sampling temperature of user turns and answers."})
+    mine_samples: int = field(default=4, metadata={"help": "Sampled user turns (and anchor answers) per prompt."})
+    mine_reference: bool = field(default=True, metadata={"help": "Fall back on the data's follow-ups/solutions."})
+    anchor_ratio: float = field(default=0.25, metadata={"help": "Anchor pairs per follow-up pair (0 = none)."})
+    mine_max_new_tokens: int = field(default=64, metadata={"help": "Token limit of a user turn."})
+    mine_answer_max_new_tokens: int = field(default=256, metadata={"help": "Token limit of an answer."})
+    mine_batch_size: int = field(default=16, metadata={"help": "Prompts per generate call."})
+    mine_seed: int = field(default=0, metadata={"help": "Sampling seed."})
+
+    def __post_init__(self):
+        if self.mine_source not in SOURCES:
+            raise ValueError(f"mine_source {self.mine_source!r} is not one of {SOURCES}")
+        if self.mine_source == "conversations" and not self.mine_data:
+            raise ValueError("mine_source `conversations` needs mine_data: a jsonl of {\"messages\": [...]} rows")
+        if self.mine_temperature <= 0 or self.mine_samples < 1 or self.anchor_ratio < 0:
+            raise ValueError("mine_temperature must be > 0, mine_samples >= 1 and anchor_ratio >= 0; got "
+                             f"{self.mine_temperature}, {self.mine_samples}, {self.anchor_ratio}")
+
+
+def conversation_examples(conversations: list[list[dict]], prefix: str) -> list[Example]:
+    """Mining prompts from conversations: first user turn, the assistant's answer, and the user turn after it."""
+    examples = []
+    for n, messages in enumerate(conversations):
+        i = next((i for i, m in enumerate(messages[:-1]) if m["role"] == "user"), None)
+        if i is None or messages[i + 1]["role"] != "assistant":
+            continue  # nothing answered: no reference answer to ground a follow-up in
+        answer = messages[i + 1]["content"]
+        after = messages[i + 2] if len(messages) > i + 2 and messages[i + 2]["role"] == "user" else None
+        examples.append(Example(
+            id=f"{prefix}-{n}", query=messages[i]["content"], answer=answer,
+            gold=gsm8k.extract_answer(answer) if "####" in answer else None,
+            reference_followup=after["content"] if after else None, meta={"history": messages[:i]},
+        ))
+    return examples
+
+
+def mining_examples(args: MiningArguments) -> list[Example]:
+    from .data import read_conversations
+    from .tasks import _hub_rows, load_task
+
+    if args.mine_source == "testbed":
+        from .testbed import ensure_testbed
+
+        path = ensure_testbed() / "conversations.jsonl"
+        examples = conversation_examples(read_conversations(path, args.mine_limit), "testbed-train")
+    elif args.mine_source == "conversations":
+        examples = conversation_examples(read_conversations(args.mine_data, args.mine_limit), "conversations")
+    elif args.mine_source == "gsm8k" and args.mine_data is None:
+        # load_task's default is the test split, which the probe measures on: mine the train split.
+        rows = _hub_rows("openai/gsm8k", "main", "train")
+        examples = [gsm8k.to_example(row, i, where, prefix="gsm8k-train")
+                    for i, (where, row) in enumerate(islice(rows, args.mine_limit))]
+    else:
+        examples = load_task(args.mine_source, data=args.mine_data, limit=args.mine_limit)
+    if not examples:
+        raise ValueError(f"mine_source {args.mine_source!r} gave no prompt with a user turn answered by the assistant")
+    return examples
+
+
+def _generate_sharded(model, tokenizer, prompts: list[str], state, *, seed: int, **kwargs):
+    """`generate` with the prompts split across processes and the results gathered in order on every rank."""
+    if not prompts:
+        return []
+    if state is None or state.num_processes == 1:
+        return generate(model, tokenizer, prompts, seed=seed, **kwargs)
+    from accelerate.utils import gather_object
+
+    with state.split_between_processes(list(enumerate(prompts)), apply_padding=True) as shard:
+        outs = generate(model, tokenizer, [p for _, p in shard], seed=seed + 1000 * state.process_index,
+                        disable_progress=not state.is_main_process, **kwargs)
+        gathered = gather_object([(i, o) for (i, _), o in zip(shard, outs)])
+    return [o for _, o in sorted(dict(gathered).items())]
+
+
+def _followup_pair(ex: Example, answer: str, turns: list[dict], use_reference: bool) -> dict | None:
+    from .probe.classify import classify_turn
+
+    rejected = next((r for r in turns if r["label"] in REJECTABLE), None)  # greedy first: rows are in that order
+    if rejected is None:
+        return None
+    chosen = next((r for r in turns if r["label"] == "followup"), None)
+    if chosen is not None:
+        text, source = chosen["user_turn"], "greedy" if chosen["temperature"] == 0 else "sample"
+    elif use_reference and ex.reference_followup and classify_turn(ex.query, answer, ex.reference_followup).is_followup:
+        text, source = ex.reference_followup, "reference"
+    else:
+        return None
+    return {"id": ex.id, "kind": "followup", "prompt": rejected["user_prompt"], "chosen": text,
+            "rejected": rejected["user_turn"], "chosen_label": "followup", "rejected_label": rejected["label"],
+            "chosen_source": source, "rejected_source": "greedy" if rejected["temperature"] == 0 else "sample"}
+
+
+def _anchor_pair(ex: Example, answer: dict, samples: list, use_reference: bool) -> dict | None:
+    texts = [(answer["answer"], "greedy"), *((g.text, "sample") for g in samples)]
+    correct = [t for t in texts if gsm8k.is_correct(t[0], ex.gold)]
+    wrong = [t for t in texts if not gsm8k.is_correct(t[0], ex.gold)]
+    if not wrong:
+        return None
+    if correct:
+        chosen = correct[0]
+    elif use_reference and ex.answer:
+        chosen = (ex.answer, "reference")
+    else:
+        return None
+    return {"id": ex.id, "kind": "anchor", "prompt": answer["answer_prompt"], "chosen": chosen[0],
+            "rejected": wrong[0][0], "chosen_label": "correct", "rejected_label": "wrong", "chosen_source": chosen[1],
+            "rejected_source": wrong[0][1]}
+
+
+def _gathered_if_zero3(model):
+    # Mining runs before the trainer wraps the model, so under ZeRO-3 (zero3_init_flag) the parameters are still
+    # partitioned without the engine's hooks: gather them once for the whole of mining, as TRL's
+    # `unwrap_model_for_generation` does. A collective: every rank gets here.
+    from transformers.integrations import is_deepspeed_zero3_enabled
+
+    if not is_deepspeed_zero3_enabled():
+        return nullcontext()
+    import deepspeed
+
+    return deepspeed.zero.GatheredParameters(list(model.parameters()))
+
+
+def mine_pairs(model, tokenizer, examples: list[Example], args: MiningArguments, state=None) -> tuple[list[dict], dict]:
+    """Mine preference pairs (see the module docstring); every process of `state` must call this.
+
+    Returns:
+        `tuple[list[dict], dict]`: the pairs (identical on every rank) and the card (counts and settings).
+    """
+    from .probe.runner import run_probe
+
+    start = time.perf_counter()
+    kwargs = dict(max_new_tokens=args.mine_max_new_tokens, batch_size=args.mine_batch_size)
+    with _gathered_if_zero3(model):
+        run = run_probe(model, tokenizer, examples, setting="self", temperatures=[0.0, args.mine_temperature],
+                        samples=args.mine_samples, answer_max_new_tokens=args.mine_answer_max_new_tokens,
+                        seed=args.mine_seed, state=state, **kwargs)
+        turns = defaultdict(list)
+        for row in run.rows:
+            turns[row["index"]].append(row)
+        pairs = [p for a in run.answers if (p := _followup_pair(examples[a["index"]], a["answer"], turns[a["index"]],
+                                                                 args.mine_reference))]
+        n_anchors = round(args.anchor_ratio * len(pairs))
+        # Not every prompt yields an anchor (all samples right, or none right without a reference): sample answers
+        # for twice as many prompts as anchors are needed, rather than for all of them (answers are the long part).
+        graded = [a for a in run.answers if a["gold"] is not None][: 2 * n_anchors]
+        sampled = _generate_sharded(model, tokenizer, [a["answer_prompt"] for a in graded], state,
+                                    max_new_tokens=args.mine_answer_max_new_tokens, temperature=args.mine_temperature,
+                                    num_samples=args.mine_samples, batch_size=args.mine_batch_size,
+                                    seed=args.mine_seed + 7, desc="anchor answers")
+    anchors = [p for a, s in zip(graded, sampled) if (p := _anchor_pair(examples[a["index"]], a, s, args.mine_reference))]
+    if len(anchors) < n_anchors:
+        logger.warning("mined %d anchor pairs of the %d asked for (anchor_ratio %g)", len(anchors), n_anchors,
+                       args.anchor_ratio)
+    pairs += anchors[:n_anchors]
+    settings = {s["temperature"]: s for s in run.summary["settings"]}
+    card = {
+        "n_prompts": len(examples), "n_pairs": len(pairs),
+        "kind": dict(Counter(p["kind"] for p in pairs)),
+        "chosen_label": dict(Counter(f"{p['kind']}:{p['chosen_label']}" for p in pairs)),
+        "rejected_label": dict(Counter(f"{p['kind']}:{p['rejected_label']}" for p in pairs)),
+        "chosen_source": dict(Counter(f"{p['kind']}:{p['chosen_source']}" for p in pairs)),
+        "rejected_source": dict(Counter(f"{p['kind']}:{p['rejected_source']}" for p in pairs)),
+        "policy": {"accuracy": run.summary["accuracy"],
+                   "followup_rate_greedy": settings[0.0]["followup_rate"],
+                   f"followup_rate_T{args.mine_temperature:g}": settings[args.mine_temperature]["followup_rate"],
+                   "categories_greedy": settings[0.0]["categories"]},
+        "settings": asdict(args),
+        "seconds": round(time.perf_counter() - start, 1),
+    }
+    if not any(p["kind"] == "followup" for p in pairs):
+        raise ValueError(
+            f"no follow-up pair mined from {len(examples)} prompts (greedy follow-up rate "
+            f"{card['policy']['followup_rate_greedy']:.2f}, T={args.mine_temperature:g} rate "
+            f"{settings[args.mine_temperature]['followup_rate']:.2f}): raise mine_limit or mine_samples, or allow "
+            "reference follow-ups (mine_reference) with a source that has them"
+        )
+    return pairs, card
+
+
+def save_pairs(pairs: list[dict], card: dict, out: str | Path) -> Path:
+    """`save_to_disk` with the card inside the folder (`mining_card.json`); replaces `out` only when complete."""
+    from datasets import Dataset
+
+    out = Path(out).expanduser()
+    ensure_writable_dir(out.parent, "output folder")
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.mining-"))
+    try:
+        Dataset.from_list(pairs).save_to_disk(str(tmp))
+        write_json(tmp / CARD, card)
+        if out.exists():
+            old = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.old-"))
+            os.replace(out, old / out.name)
+            os.replace(tmp, out)
+            shutil.rmtree(old)
+        else:
+            os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def load_pairs(path: str | Path):
+    """A folder written by [`save_pairs`] (or any preference data set saved with `save_to_disk`)."""
+    from datasets import load_from_disk
+
+    path = Path(path).expanduser()
+    if not (path / "dataset_info.json").exists():
+        raise ValueError(f"{path} is not a data set saved with `save_to_disk` (no dataset_info.json); mine one with "
+                         "`uturn mine --out DIR`")
+    dataset = load_from_disk(str(path))
+    missing = {"prompt", "chosen", "rejected"} - set(dataset.column_names)
+    if missing:
+        raise ValueError(f"{path} lacks the preference column(s) {sorted(missing)}")
+    return dataset
+
+
+@dataclass
+class MineScriptArguments:
+    """Arguments of `uturn mine` besides [`MiningArguments`].
+
+    Args:
+        model (`str`, *optional*, defaults to `"testbed"`): hub id or local path; `testbed` = the built-in model.
+        out (`str`, *optional*, defaults to `"pairs"`): output folder (`save_to_disk` + `mining_card.json`).
+    """
+
+    model: str = field(default="testbed", metadata={"help": "Hub id or local path; `testbed` = the tiny model."})
+    out: str = field(default="pairs", metadata={"help": "Output folder."})
+    dtype: str = field(default="auto", metadata={"help": "auto (bf16 on GPU, fp32 on CPU), bfloat16, float32..."})
+
+
+def run_mine_job(script_args: MineScriptArguments, args: MiningArguments) -> Path:
+    from .models import load_model_and_tokenizer
+
+    ensure_writable_dir(Path(script_args.out).expanduser().parent, "--out")
+    examples = mining_examples(args)  # bad data fails before the model loads
+    model, tokenizer = load_model_and_tokenizer(script_args.model, dtype=script_args.dtype)
+    pairs, card = mine_pairs(model, tokenizer, examples, args)
+    out = save_pairs(pairs, {"model": script_args.model, **card}, script_args.out)
+    logger.info("%d pairs (%s) from %d prompts in %.0f s -> %s", card["n_pairs"], card["kind"], card["n_prompts"],
+                card["seconds"], out)
+    return out
