@@ -6,7 +6,7 @@ import pytest
 from uturn_train.mining import (
     REJECTABLE,
     MiningArguments,
-    _followup_pair,
+    followup_pairs,
     load_pairs,
     mine_pairs,
     mining_examples,
@@ -82,6 +82,7 @@ def test_mined_pairs_have_the_promised_columns_and_labels(mined, conversations_f
         if gold:
             assert not is_correct(r["rejected"], gold)
     assert len(anchors) == round(0.5 * len(followups))
+    assert len({(r["id"], r["rejected"]) for r in dataset}) == len(dataset)  # each bad turn or answer once
     # The card counts what the data set holds, and keeps the settings.
     assert card["kind"] == {"followup": len(followups), "anchor": len(anchors)}
     assert sum(card["chosen_source"].values()) == len(dataset) and card["settings"]["mine_samples"] == 3
@@ -102,20 +103,23 @@ def test_dpo_trainer_appends_eos_once(mined, tiny, tmp_path):
             assert ids[-1] == eos and ids.count(eos) == 1
 
 
-def test_pair_choice():
+def test_every_bad_turn_is_rejected_against_a_followup():
     ex = Example(id="x", query="What is 3 + 4?", answer="3 + 4 = 7.", reference_followup="Why did you add 3 and 4?")
     row = lambda label, t, text: {"label": label, "temperature": t, "user_turn": text, "user_prompt": "P"}  # noqa: E731
-    turns = [row("new_topic", 0.0, "Next: 5 * 6?"), row("identity_drift", 1.0, "Sure!"), row("followup", 1.0, "Why 7?")]
-    pair = _followup_pair(ex, "3 + 4 = 7.", turns, use_reference=True)
-    # The greedy non-follow-up is the mode to move away from; the chosen turn is the model's own follow-up.
-    assert (pair["chosen"], pair["chosen_source"], pair["rejected"], pair["rejected_source"]) == \
-        ("Why 7?", "sample", "Next: 5 * 6?", "greedy")
-    pair = _followup_pair(ex, "3 + 4 = 7.", turns[:2], use_reference=True)
-    assert (pair["chosen"], pair["chosen_source"]) == ("Why did you add 3 and 4?", "reference")
-    assert _followup_pair(ex, "3 + 4 = 7.", turns[:2], use_reference=False) is None
+    turns = [row("new_topic", 0.0, "Next: 5 * 6?"), row("identity_drift", 1.0, "Sure!"), row("followup", 1.0, "Why 7?"),
+             row("new_topic", 1.0, "Next: 5 * 6?"), row("acknowledgement", 1.0, "Thanks!")]
+    pairs = followup_pairs(ex, "3 + 4 = 7.", turns, use_reference=True)
+    # Greedy first; a sampled copy of the greedy turn is not a second pair; thanks are neither side.
+    assert [(p["chosen"], p["chosen_source"], p["rejected"], p["rejected_label"], p["rejected_source"]) for p in pairs] \
+        == [("Why 7?", "sample", "Next: 5 * 6?", "new_topic", "greedy"),
+            ("Why 7?", "sample", "Sure!", "identity_drift", "sample")]
+    pairs = followup_pairs(ex, "3 + 4 = 7.", turns[:2], use_reference=True)
+    assert {(p["chosen"], p["chosen_source"]) for p in pairs} == {("Why did you add 3 and 4?", "reference")}
+    assert followup_pairs(ex, "3 + 4 = 7.", turns[:2], use_reference=False) == []
+    # A reference follow-up that is not grounded in the model's answer is not taken.
     unrelated = Example(id="y", query=ex.query, answer=ex.answer, reference_followup="What is the capital of Peru?")
-    assert _followup_pair(unrelated, "3 + 4 = 7.", turns[:2], use_reference=True) is None
-    assert _followup_pair(ex, "3 + 4 = 7.", [row("acknowledgement", 0.0, "Thanks!")], use_reference=True) is None
+    assert followup_pairs(unrelated, "3 + 4 = 7.", turns[:2], use_reference=True) == []
+    assert followup_pairs(ex, "3 + 4 = 7.", [row("acknowledgement", 0.0, "Thanks!")], use_reference=True) == []
 
 
 def test_no_pairs_is_a_clear_error(tiny, conversations_file):

@@ -2,18 +2,17 @@
 
 For each prompt the model answers greedily (the probe's self setting), writes the next user turn greedily and samples
 `mine_samples` more at `mine_temperature`; the classifier labels every turn ([`~uturn_train.probe.runner.run_probe`]
-does all of this). A prompt gives one pair:
-
-- chosen: a turn labelled `followup` (greedy or sampled); failing that, with `mine_reference`, the data's real
-  follow-up (`chosen_source: "reference"`), kept only if the classifier also calls it a follow-up of the model's own
-  answer (a follow-up written for another answer may not be grounded in this one);
-- rejected: the greedy turn if it is identity drift, repetition, a new topic, empty or degenerate (it is the mode
-  training should move away from), else the first sampled turn with one of those labels. Acknowledgements are
-  neither. Prompts without a rejected turn give no pair.
+does all of this). Each distinct turn labelled identity drift, repetition, new topic, empty or degenerate (greedy
+first) is the rejected side of one pair, whose chosen side is one of the prompt's turns labelled `followup`, in turn.
+Without a sampled follow-up, and with `mine_reference`, the data's real follow-up is chosen (`chosen_source:
+"reference"`), but only if the classifier calls it a follow-up of the model's own answer too (one written for another
+answer may not be grounded in this one). Acknowledgements are neither side. Pairing every bad turn, not only the
+greedy one, matters: a model's greedy turns tend to share one template, and DPO lowers such a rejected set cheaply by
+moving away from that template's details while keeping its opening; diverse rejected turns share only the opening.
 
 Anchor pairs keep accuracy from drifting while the user turn moves: on prompts with a gold answer (GSM8K format),
-chosen = a correct answer (the greedy one, else a sampled one, else with `mine_reference` the reference solution),
-rejected = a wrong one (the greedy one if wrong, else a sampled one), `anchor_ratio` of them per follow-up pair.
+each wrong answer among the greedy and `mine_samples` sampled ones is rejected against a correct one (else, with
+`mine_reference`, the reference solution), `anchor_ratio` anchor pairs per follow-up pair.
 
 Pairs are in TRL's plain-text preference format: `prompt` is the exact text the model was given (the user-turn prompt
 ends with the template's user header, the anchor prompt with the assistant header), `chosen`/`rejected` the completion
@@ -23,6 +22,7 @@ text without end-of-turn token: DPOTrainer appends eos (`<|im_end|>` for Qwen3.5
 """
 
 import logging
+import math
 import os
 import shutil
 import tempfile
@@ -137,39 +137,43 @@ def _generate_sharded(model, tokenizer, prompts: list[str], state, *, seed: int,
     return [o for _, o in sorted(dict(gathered).items())]
 
 
-def _followup_pair(ex: Example, answer: str, turns: list[dict], use_reference: bool) -> dict | None:
+def _pairs(ex: Example, kind: str, prompt: str, chosen: list[tuple], rejected: list[tuple]) -> list[dict]:
+    """Every distinct rejected item against the chosen ones in turn; items are `(text, label, source)`."""
+    if not chosen:
+        return []
+    first = {}
+    for item in rejected:  # the first of identical texts (a sample may repeat the greedy turn)
+        first.setdefault(item[0], item)
+    rejected = list(first.values())
+    return [{"id": ex.id, "kind": kind, "prompt": prompt, "chosen": c[0], "rejected": r[0], "chosen_label": c[1],
+             "rejected_label": r[1], "chosen_source": c[2], "rejected_source": r[2]}
+            for c, r in zip((chosen[i % len(chosen)] for i in range(len(rejected))), rejected)]
+
+
+def _source(row: dict) -> str:
+    return "greedy" if row["temperature"] == 0 else "sample"
+
+
+def followup_pairs(ex: Example, answer: str, turns: list[dict], use_reference: bool) -> list[dict]:
+    """The follow-up pairs of one prompt from its labelled user turns (greedy first, then the samples)."""
     from .probe.classify import classify_turn
 
-    rejected = next((r for r in turns if r["label"] in REJECTABLE), None)  # greedy first: rows are in that order
-    if rejected is None:
-        return None
-    chosen = next((r for r in turns if r["label"] == "followup"), None)
-    if chosen is not None:
-        text, source = chosen["user_turn"], "greedy" if chosen["temperature"] == 0 else "sample"
-    elif use_reference and ex.reference_followup and classify_turn(ex.query, answer, ex.reference_followup).is_followup:
-        text, source = ex.reference_followup, "reference"
-    else:
-        return None
-    return {"id": ex.id, "kind": "followup", "prompt": rejected["user_prompt"], "chosen": text,
-            "rejected": rejected["user_turn"], "chosen_label": "followup", "rejected_label": rejected["label"],
-            "chosen_source": source, "rejected_source": "greedy" if rejected["temperature"] == 0 else "sample"}
+    rejected = [(r["user_turn"], r["label"], _source(r)) for r in turns if r["label"] in REJECTABLE]
+    chosen = [(r["user_turn"], "followup", _source(r)) for r in turns if r["label"] == "followup"]
+    if (not chosen and rejected and use_reference and ex.reference_followup
+            and classify_turn(ex.query, answer, ex.reference_followup).is_followup):
+        chosen = [(ex.reference_followup, "followup", "reference")]
+    return _pairs(ex, "followup", turns[0]["user_prompt"], chosen, rejected) if turns else []
 
 
-def _anchor_pair(ex: Example, answer: dict, samples: list, use_reference: bool) -> dict | None:
+def anchor_pairs(ex: Example, answer: dict, samples: list, use_reference: bool) -> list[dict]:
+    """The anchor pairs of one prompt from its greedy and sampled answers."""
     texts = [(answer["answer"], "greedy"), *((g.text, "sample") for g in samples)]
-    correct = [t for t in texts if gsm8k.is_correct(t[0], ex.gold)]
-    wrong = [t for t in texts if not gsm8k.is_correct(t[0], ex.gold)]
-    if not wrong:
-        return None
-    if correct:
-        chosen = correct[0]
-    elif use_reference and ex.answer:
-        chosen = (ex.answer, "reference")
-    else:
-        return None
-    return {"id": ex.id, "kind": "anchor", "prompt": answer["answer_prompt"], "chosen": chosen[0],
-            "rejected": wrong[0][0], "chosen_label": "correct", "rejected_label": "wrong", "chosen_source": chosen[1],
-            "rejected_source": wrong[0][1]}
+    chosen = [(t, "correct", source) for t, source in texts if gsm8k.is_correct(t, ex.gold)]
+    rejected = [(t, "wrong", source) for t, source in texts if not gsm8k.is_correct(t, ex.gold)]
+    if not chosen and use_reference and ex.answer:
+        chosen = [(ex.answer, "correct", "reference")]
+    return _pairs(ex, "anchor", answer["answer_prompt"], chosen, rejected)
 
 
 def _gathered_if_zero3(model):
@@ -202,17 +206,17 @@ def mine_pairs(model, tokenizer, examples: list[Example], args: MiningArguments,
         turns = defaultdict(list)
         for row in run.rows:
             turns[row["index"]].append(row)
-        pairs = [p for a in run.answers if (p := _followup_pair(examples[a["index"]], a["answer"], turns[a["index"]],
-                                                                 args.mine_reference))]
+        pairs = [p for a in run.answers
+                 for p in followup_pairs(examples[a["index"]], a["answer"], turns[a["index"]], args.mine_reference)]
         n_anchors = round(args.anchor_ratio * len(pairs))
-        # Not every prompt yields an anchor (all samples right, or none right without a reference): sample answers
-        # for twice as many prompts as anchors are needed, rather than for all of them (answers are the long part).
-        graded = [a for a in run.answers if a["gold"] is not None][: 2 * n_anchors]
+        # A prompt yields at most one anchor per wrong answer (k + 1), fewer when most are right: sample answers for
+        # twice the fewest prompts that could do, rather than for all of them (answers are the long part of mining).
+        graded = [a for a in run.answers if a["gold"] is not None][: math.ceil(2 * n_anchors / (args.mine_samples + 1))]
         sampled = _generate_sharded(model, tokenizer, [a["answer_prompt"] for a in graded], state,
                                     max_new_tokens=args.mine_answer_max_new_tokens, temperature=args.mine_temperature,
                                     num_samples=args.mine_samples, batch_size=args.mine_batch_size,
                                     seed=args.mine_seed + 7, desc="anchor answers")
-    anchors = [p for a, s in zip(graded, sampled) if (p := _anchor_pair(examples[a["index"]], a, s, args.mine_reference))]
+    anchors = [p for a, s in zip(graded, sampled) for p in anchor_pairs(examples[a["index"]], a, s, args.mine_reference)]
     if len(anchors) < n_anchors:
         logger.warning("mined %d anchor pairs of the %d asked for (anchor_ratio %g)", len(anchors), n_anchors,
                        args.anchor_ratio)

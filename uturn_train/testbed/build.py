@@ -45,6 +45,7 @@ class BuildConfig:
     hidden_size: int = 128
     num_hidden_layers: int = 4
     intermediate_size: int = 384
+    rope_theta: float = 1e4
     n_heldout: int = 500
     n_conversations: int = 2000  # for collaboration SFT, beside the pre-training mixture
     probe_limit: int = 200  # held-out problems `measure` probes for the card
@@ -97,7 +98,7 @@ def make_conversations(rng: random.Random, n: int, mixture: dict, ask_rate: floa
     return rows
 
 
-BUCKETS = (128, 192, 256)
+BUCKETS = (128, 160, 192, 224, 256, 320)
 
 
 def plan_batches(lengths: list[int], steps: int, tokens_per_step: int) -> list[tuple[int, list[int]]] | None:
@@ -168,7 +169,7 @@ def make_model(tokenizer, config: BuildConfig):
         num_hidden_layers=config.num_hidden_layers, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
         linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=32, linear_value_head_dim=32,
         linear_conv_kernel_dim=4, max_position_embeddings=2048, tie_word_embeddings=True,
-        rope_parameters={"rope_type": "default", "rope_theta": 1e7, "partial_rotary_factor": 0.25,
+        rope_parameters={"rope_type": "default", "rope_theta": config.rope_theta, "partial_rotary_factor": 0.25,
                          "mrope_section": [2, 1, 1], "mrope_interleaved": True},
         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
     )

@@ -86,181 +86,187 @@ def _step(left, op, right, text, what, why, unit) -> Step:
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Scenarios. Each takes words `w` (name, pronouns, objects; `form` picks the wording) and numbers `n`, and returns the
-# question, the steps and the knobs. Inputs are kept small where they are multiplied (the model learns the times
-# table) and two-digit where they are added or subtracted, like GSM8K's easier problems. Scenarios share as few
+# question, the steps and the knobs. A question is a few fact clauses and an ask; each solution line restates the
+# clause it uses and computes, as chat assistants do ("Ivan has 4 packs ..., so that is 4 * 6 = 24 buttons"), which
+# also lets a small model find the numbers by matching the words around them. Inputs are small where they are
+# multiplied and two-digit where they are added or subtracted, like GSM8K's easier problems. Scenarios share as few
 # content words as possible: a new problem after an answer is unrelated to it, in words as in topic.
 def _packs(w, n):
-    N, obj = w["name"], w["obj"]
-    q = [
-        f"{N} has {n['a']} packs of {obj} with {n['b']} {obj} in each pack. {w['He']} gives {n['c']} {obj} to "
-        f"{w['his']} {w['rel']}. How many {obj} does {N} have now?",
-        f"{N} gets {n['a']} packs of {obj} as a gift. Each pack holds {n['b']} {obj}. Later {N} gives {n['c']} of "
-        f"the {obj} to a {w['rel']}. How many {obj} does {N} keep?",
+    N, obj, (a, b, c) = w["name"], w["obj"], (n["a"], n["b"], n["c"])
+    c1, c2, ask = [
+        (f"{N} has {a} packs of {obj} with {b} {obj} in each pack", f"{w['He']} gives {c} {obj} to {w['his']} {w['rel']}",
+         f"How many {obj} does {N} have now?"),
+        (f"{N} gets {a} packs of {obj} as a gift, and each pack holds {b} {obj}",
+         f"Later {N} gives {c} of the {obj} to a {w['rel']}", f"How many {obj} does {N} keep?"),
     ][w["form"]]
-    s1 = _step(n["a"], "*", n["b"], f"{N} has {{e}} {obj}.", f"the number of {obj} {N} has at first",
-               f"there are {n['a']} packs with {n['b']} {obj} in each", obj)
-    s2 = _step(s1.value, "-", n["c"], f"After giving {n['c']} away, {w['he']} has {{e}} {obj}.",
-               f"the {obj} {N} keeps", f"{N} gives {n['c']} of the {s1.value} {obj} away", obj)
-    return q, [s1, s2], {"a": "the number of packs", "b": f"the {obj} in each pack", "c": f"the {obj} {N} gives away"}
+    s1 = _step(a, "*", b, f"{c1}, so that is {{e}} {obj}.", f"the number of {obj} {N} has at first",
+               f"there are {a} packs with {b} {obj} in each", obj)
+    s2 = _step(s1.value, "-", c, f"{c2}, so {N} still has {{e}} {obj}.", f"the {obj} {N} keeps",
+               f"{N} gives {c} of the {s1.value} {obj} away", obj)
+    return f"{c1}. {c2}. {ask}", [s1, s2], {"a": "the number of packs", "b": f"the {obj} in each pack",
+                                            "c": f"the {obj} {N} gives away"}
 
 
 def _change(w, n):
-    N, item = w["name"], w["item"]
-    q = [
-        f"{N} buys {n['a']} {item} that cost ${n['b']} each and gives the cashier a ${n['c']} bill. How much change "
-        f"does {N} get?",
-        f"At the store, {item} cost ${n['b']} each. {N} takes {n['a']} {item} to the counter and hands over a "
-        f"${n['c']} bill. How much should {N} get back?",
+    N, item, (a, b, c) = w["name"], w["item"], (n["a"], n["b"], n["c"])
+    c1, c2, ask = [
+        (f"{N} buys {a} {item} that cost ${b} each", f"{N} gives the cashier a ${c} bill", f"How much change does {N} get?"),
+        (f"At the store, {N} takes {a} {item} that cost ${b} each to the counter", f"{N} hands over a ${c} bill",
+         f"How much should {N} get back?"),
     ][w["form"]]
-    s1 = _step(n["a"], "*", n["b"], f"The {item} cost {{e}} dollars.", f"the cost of the {item}",
-               f"{N} buys {n['a']} {item} at ${n['b']} each", "dollars")
-    s2 = _step(n["c"], "-", s1.value, "The change is {e} dollars.", "the change",
-               f"{N} pays with a ${n['c']} bill for {item} that cost ${s1.value}", "dollars")
-    return q, [s1, s2], {"a": f"the number of {item}", "b": f"the price of the {item}", "c": "the bill"}
+    s1 = _step(a, "*", b, f"{c1}, so the {item} cost {{e}} dollars.", f"the cost of the {item}",
+               f"{N} buys {a} {item} at ${b} each", "dollars")
+    s2 = _step(c, "-", s1.value, f"{c2}, so the change is {{e}} dollars.", "the change",
+               f"{N} pays with a ${c} bill for {item} that cost ${s1.value}", "dollars")
+    return f"{c1}. {c2}. {ask}", [s1, s2], {"a": f"the number of {item}", "b": f"the price of the {item}", "c": "the bill"}
 
 
 def _savings(w, n):
-    N = w["name"]
-    q = [
-        f"{N} saves ${n['a']} every week for {n['b']} weeks. Then {w['he']} spends ${n['c']} on a {w['thing']}. "
-        f"How much does {N} have saved now?",
-        f"Every week {N} puts ${n['a']} into a piggy bank. After {n['b']} weeks, {N} takes out ${n['c']} for a "
-        f"{w['thing']}. How much is still in the piggy bank?",
+    N, thing, (a, b, c) = w["name"], w["thing"], (n["a"], n["b"], n["c"])
+    c1, c2, ask = [
+        (f"{N} saves ${a} every week for {b} weeks", f"Then {w['he']} spends ${c} on a {thing}",
+         f"How much does {N} have saved now?"),
+        (f"Every week {N} puts ${a} into a piggy bank, for {b} weeks", f"Then {N} takes out ${c} for a {thing}",
+         "How much is still in the piggy bank?"),
     ][w["form"]]
-    s1 = _step(n["a"], "*", n["b"], f"{N} saves {{e}} dollars.", "the savings",
-               f"{N} saves ${n['a']} a week for {n['b']} weeks", "dollars")
-    s2 = _step(s1.value, "-", n["c"], f"After the {w['thing']}, {N} has {{e}} dollars.", "the savings now",
-               f"the {w['thing']} costs ${n['c']}", "dollars")
-    return q, [s1, s2], {"a": f"the money {N} saves each week", "b": "the number of weeks",
-                         "c": f"the price of the {w['thing']}"}
+    s1 = _step(a, "*", b, f"{c1}, so {N} saves {{e}} dollars.", "the savings", f"{N} saves ${a} a week for {b} weeks",
+               "dollars")
+    s2 = _step(s1.value, "-", c, f"{c2}, so {N} has {{e}} dollars.", "the savings now", f"the {thing} costs ${c}",
+               "dollars")
+    return f"{c1}. {c2}. {ask}", [s1, s2], {"a": f"the money {N} saves each week", "b": "the number of weeks",
+                                            "c": f"the price of the {thing}"}
 
 
 def _hall(w, n):
-    place = w["place"]
+    place, (a, b, c) = w["place"], (n["a"], n["b"], n["c"])
     seats = ["chairs", "seats"][w["form"]]
-    q = [
-        f"In the {place} there are {n['a']} rows of chairs with {n['b']} chairs in each row. The staff add {n['c']} "
-        f"more chairs along the wall. How many chairs are there in the {place}?",
-        f"For a concert, {n['a']} rows of {n['b']} seats are set up in the {place}, plus {n['c']} folding seats by the "
-        f"stage. How many seats are there altogether?",
+    c1, c2, ask = [
+        (f"In the {place} there are {a} rows of chairs with {b} chairs in each row",
+         f"The staff add {c} more chairs along the wall", f"How many chairs are there in the {place}?"),
+        (f"For a concert, {a} rows of {b} seats are set up in the {place}", f"There are also {c} folding seats by the stage",
+         "How many seats are there altogether?"),
     ][w["form"]]
-    s1 = _step(n["a"], "*", n["b"], f"The rows have {{e}} {seats}.", f"the {seats} in the rows",
-               f"there are {n['a']} rows with {n['b']} {seats} each", seats)
-    s2 = _step(s1.value, "+", n["c"], f"With the extra ones there are {{e}} {seats}.", f"all the {seats}",
-               f"{n['c']} more {seats} are added to the {s1.value} in the rows", seats)
-    return q, [s1, s2], {"a": "the number of rows", "b": f"the {seats} in a row", "c": f"the extra {seats}"}
+    s1 = _step(a, "*", b, f"{c1}, so the rows have {{e}} {seats}.", f"the {seats} in the rows",
+               f"there are {a} rows with {b} {seats} each", seats)
+    s2 = _step(s1.value, "+", c, f"{c2}, so there are {{e}} {seats}.", f"all the {seats}",
+               f"{c} more {seats} are added to the {s1.value} in the rows", seats)
+    return f"{c1}. {c2}. {ask}", [s1, s2], {"a": "the number of rows", "b": f"the {seats} in a row",
+                                            "c": f"the extra {seats}"}
 
 
 def _reading(w, n):
-    N = w["name"]
-    q = [
-        f"{N} is reading a book with {n['c']} pages. {w['He']} reads {n['a']} pages every night for {n['b']} nights. "
-        f"How many pages does {N} still have to read?",
-        f"A novel has {n['c']} pages. {N} reads {n['a']} pages each evening. How many pages are still unread after "
-        f"{n['b']} evenings?",
+    N, (a, b, c) = w["name"], (n["a"], n["b"], n["c"])
+    c0, c1, ask = [
+        (f"{N} is reading a book with {c} pages", f"{w['He']} reads {a} pages every night for {b} nights",
+         f"How many pages does {N} still have to read?"),
+        (f"A novel has {c} pages", f"{N} reads {a} pages each evening for {b} evenings", "How many pages are still unread?"),
     ][w["form"]]
-    s1 = _step(n["a"], "*", n["b"], f"{N} reads {{e}} pages.", "the pages read so far",
-               f"{N} reads {n['a']} pages at a time, {n['b']} times", "pages")
-    s2 = _step(n["c"], "-", s1.value, "So {e} pages are still unread.", "the pages still to read",
-               f"the book has {n['c']} pages and {s1.value} are read", "pages")
-    return q, [s1, s2], {"a": "the pages read each time", "b": ["the number of nights", "the number of evenings"][w["form"]],
-                         "c": "the pages in the book"}
+    s1 = _step(a, "*", b, f"{c1}, so {N} reads {{e}} pages.", "the pages read so far",
+               f"{N} reads {a} pages at a time, {b} times", "pages")
+    s2 = _step(c, "-", s1.value, f"{c0}, so {{e}} pages are still unread.", "the pages still to read",
+               f"the book has {c} pages and {s1.value} are read", "pages")
+    return f"{c0}. {c1}. {ask}", [s1, s2], {"a": "the pages read each time",
+                                            "b": ["the number of nights", "the number of evenings"][w["form"]],
+                                            "c": "the pages in the book"}
 
 
 def _walks(w, n):
-    N = w["name"]
+    N, (a, b, c) = w["name"], (n["a"], n["b"], n["c"])
     unit = ["miles", "kilometers"][w["form"]]
-    q = [
-        f"{N} walks {n['a']} miles every day for {n['b']} days. Then {w['he']} hikes another {n['c']} miles up a "
-        f"hill. How many miles does {N} cover in all?",
-        f"During training, {N} runs {n['a']} kilometers a day for {n['b']} days and then {n['c']} kilometers in a "
-        f"race. What is the total distance {N} runs?",
+    c1, c2, ask = [
+        (f"{N} walks {a} miles every day for {b} days", f"Then {w['he']} hikes another {c} miles up a hill",
+         f"How many miles does {N} cover in all?"),
+        (f"During training, {N} runs {a} kilometers a day for {b} days", f"Then {N} runs {c} kilometers in a race",
+         f"What is the total distance {N} runs?"),
     ][w["form"]]
-    s1 = _step(n["a"], "*", n["b"], f"In {n['b']} days {N} covers {{e}} {unit}.", f"the {unit} of the first days",
-               f"{N} does {n['a']} {unit} a day for {n['b']} days", unit)
-    s2 = _step(s1.value, "+", n["c"], f"The total is {{e}} {unit}.", "the total distance",
-               f"the last {n['c']} {unit} are added", unit)
-    return q, [s1, s2], {"a": f"the {unit} per day", "b": "the number of days", "c": f"the {unit} at the end"}
+    s1 = _step(a, "*", b, f"{c1}, so that is {{e}} {unit}.", f"the {unit} of the first days",
+               f"{N} does {a} {unit} a day for {b} days", unit)
+    s2 = _step(s1.value, "+", c, f"{c2}, so the total is {{e}} {unit}.", "the total distance",
+               f"the last {c} {unit} are added", unit)
+    return f"{c1}. {c2}. {ask}", [s1, s2], {"a": f"the {unit} per day", "b": "the number of days",
+                                            "c": f"the {unit} at the end"}
 
 
 def _ages(w, n):
-    N, M = w["name"], w["other"]
-    q = [
-        f"{N} is {n['a']} years old. {M} is {n['b']} times as old as {N}. How old will {M} be in {n['c']} years?",
-        f"{M}'s age is {n['b']} times {N}'s age. {N} is {n['a']}. What will {M}'s age be {n['c']} years from now?",
+    N, M, (a, b, c) = w["name"], w["other"], (n["a"], n["b"], n["c"])
+    q, t1, t2 = [
+        (f"{N} is {a} years old. {M} is {b} times as old as {N}. How old will {M} be in {c} years?",
+         f"{N} is {a} years old and {M} is {b} times as old, so {M} is {{e}} years old now.",
+         f"In {c} years {M} will be {{e}}."),
+        (f"{M}'s age is {b} times {N}'s age. {N} is {a}. What will {M}'s age be {c} years from now?",
+         f"{N} is {a} and {M}'s age is {b} times that, so {M} is {{e}} years old now.",
+         f"{c} years from now, {M} will be {{e}}."),
     ][w["form"]]
-    s1 = _step(n["a"], "*", n["b"], f"{M} is {{e}} years old now.", f"{M}'s age now",
-               f"{M} is {n['b']} times as old as {N}, who is {n['a']}", "years")
-    s2 = _step(s1.value, "+", n["c"], f"In {n['c']} years {M} will be {{e}}.", f"{M}'s age later",
-               f"{n['c']} years go by", "years")
+    s1 = _step(a, "*", b, t1, f"{M}'s age now", f"{M} is {b} times as old as {N}, who is {a}", "years")
+    s2 = _step(s1.value, "+", c, t2, f"{M}'s age later", f"{c} years go by", "years")
     return q, [s1, s2], {"a": f"{N}'s age", "b": f"how many times older {M} is", "c": "the number of years"}
 
 
 def _sharing(w, n):
-    N, treat = w["name"], w["treat"]
-    total = n["q"] * n["b"]
-    q = [
-        f"{N} bakes {total} {treat} and shares them equally among {n['b']} friends. Each friend already had "
-        f"{n['c']} {treat}. How many {treat} does each friend have now?",
-        f"A box of {total} {treat} is split evenly between {n['b']} kids, and each kid also gets {n['c']} {treat} "
-        f"from {N}. How many {treat} does every kid end up with?",
+    N, treat, (q, b, c) = w["name"], w["treat"], (n["q"], n["b"], n["c"])
+    c1, c2, ask = [
+        (f"{N} bakes {q * b} {treat} and shares them equally among {b} friends", f"Each friend already had {c} {treat}",
+         f"How many {treat} does each friend have now?"),
+        (f"A box of {q * b} {treat} is split evenly between {b} kids", f"Each kid also gets {c} {treat} from {N}",
+         f"How many {treat} does every kid end up with?"),
     ][w["form"]]
-    s1 = _step(total, "/", n["b"], f"Each one gets {{e}} {treat}.", "each share",
-               f"{total} {treat} are split between {n['b']}", treat)
-    s2 = _step(s1.value, "+", n["c"], f"With the other {n['c']}, each has {{e}} {treat}.", "what each one has",
-               f"each also has {n['c']} more", treat)
-    return q, [s1, s2], {"b": ["the number of friends", "the number of kids"][w["form"]], "c": f"the extra {treat}"}
+    s1 = _step(q * b, "/", b, f"{c1}, so each one gets {{e}} {treat}.", "each share",
+               f"{q * b} {treat} are split between {b}", treat)
+    s2 = _step(s1.value, "+", c, f"{c2}, so each one has {{e}} {treat}.", "what each one has",
+               f"each also has {c} more", treat)
+    return f"{c1}. {c2}. {ask}", [s1, s2], {"b": ["the number of friends", "the number of kids"][w["form"]],
+                                            "c": f"the extra {treat}"}
 
 
 def _garden(w, n):
-    N, plant = w["name"], w["plant"]
-    q = [
-        f"{N} plants {n['a']} beds of {plant} with {n['b']} in each bed. {n['c']} of the {plant} do not grow, so "
-        f"{N} plants {n['d']} new ones. How many {plant} are growing now?",
-        f"A garden has {n['a']} beds of {n['b']} {plant}. Rabbits eat {n['c']} of them and {N} replaces {n['d']}. "
-        f"How many {plant} are in the garden now?",
+    N, plant, (a, b, c, d) = w["name"], w["plant"], (n["a"], n["b"], n["c"], n["d"])
+    c1, c2, c3, ask = [
+        (f"{N} plants {a} beds of {plant} with {b} in each bed", f"Sadly {c} of the {plant} do not grow",
+         f"{N} plants {d} new ones", f"How many {plant} are growing now?"),
+        (f"A garden has {a} beds of {b} {plant}", f"Rabbits eat {c} of the {plant}", f"{N} replaces {d} of them",
+         f"How many {plant} are in the garden now?"),
     ][w["form"]]
-    s1 = _step(n["a"], "*", n["b"], f"At first there are {{e}} {plant}.", f"the {plant} planted",
-               f"there are {n['a']} beds of {n['b']}", plant)
-    s2 = _step(s1.value, "-", n["c"], f"After losing {n['c']}, {{e}} are still there.", f"the {plant} not lost",
-               f"{n['c']} of the {s1.value} are lost", plant)
-    s3 = _step(s2.value, "+", n["d"], f"With the new ones there are {{e}} {plant}.", f"the {plant} growing now",
-               f"{N} plants {n['d']} more", plant)
-    return q, [s1, s2, s3], {"a": "the number of beds", "b": f"the {plant} in a bed",
-                             "c": f"the {plant} lost", "d": f"the new {plant}"}
+    s1 = _step(a, "*", b, f"{c1}, so there are {{e}} {plant}.", f"the {plant} planted", f"there are {a} beds of {b}",
+               plant)
+    s2 = _step(s1.value, "-", c, f"{c2}, so {{e}} are still there.", f"the {plant} not lost",
+               f"{c} of the {s1.value} are lost", plant)
+    s3 = _step(s2.value, "+", d, f"{c3}, so there are {{e}} {plant} now.", f"the {plant} growing now",
+               f"{N} plants {d} more", plant)
+    return f"{c1}. {c2}. {c3}. {ask}", [s1, s2, s3], {"a": "the number of beds", "b": f"the {plant} in a bed",
+                                                      "c": f"the {plant} lost", "d": f"the new {plant}"}
 
 
 def _wages(w, n):
-    N = w["name"]
-    q = [
-        f"{N} earns ${n['a']} an hour at the {w['shop']}. {w['He']} works {n['b']} hours on Saturday and {n['c']} "
-        f"hours on Sunday. How much does {N} earn over the weekend?",
-        f"At the {w['shop']}, {N} makes ${n['a']} per hour. On Monday {N} worked {n['b']} hours and on Tuesday "
-        f"{n['c']} hours. How much did {N} make?",
+    N, (a, b, c) = w["name"], (n["a"], n["b"], n["c"])
+    c1, c2, ask = [
+        (f"{N} earns ${a} an hour at the {w['shop']}", f"{w['He']} works {b} hours on Saturday and {c} hours on Sunday",
+         f"How much does {N} earn over the weekend?"),
+        (f"At the {w['shop']}, {N} makes ${a} per hour", f"On Monday {N} worked {b} hours and on Tuesday {c} hours",
+         f"How much did {N} make?"),
     ][w["form"]]
-    s1 = _step(n["b"], "+", n["c"], f"{N} works {{e}} hours.", "the hours worked",
-               f"{N} works {n['b']} hours and then {n['c']} hours", "hours")
-    s2 = _step(n["a"], "*", s1.value, f"{N} earns {{e}} dollars.", "the pay",
-               f"each of the {s1.value} hours pays ${n['a']}", "dollars")
-    return q, [s1, s2], {"a": "the pay per hour", "b": "the hours on the first day", "c": "the hours on the second day"}
+    s1 = _step(b, "+", c, f"{c2}, so that is {{e}} hours.", "the hours worked", f"{N} works {b} hours and then {c} hours",
+               "hours")
+    s2 = _step(a, "*", s1.value, f"{c1}, so {N} earns {{e}} dollars.", "the pay",
+               f"each of the {s1.value} hours pays ${a}", "dollars")
+    return f"{c1}. {c2}. {ask}", [s1, s2], {"a": "the pay per hour", "b": "the hours on the first day",
+                                            "c": "the hours on the second day"}
 
 
 def _fruit(w, n):
-    N, fruit = w["name"], w["fruit"]
-    q = [
-        f"{N} carries home {n['a']} bags of {fruit} with {n['b']} {fruit} in each bag, and {n['c']} loose {fruit}. "
-        f"{N} uses {n['d']} {fruit} to make juice. How many {fruit} are there after the juice?",
-        f"There are {n['a']} bags of {n['b']} {fruit} and {n['c']} more {fruit} on the table. {N} squeezes "
-        f"{n['d']} of them. How many {fruit} are not squeezed?",
+    N, fruit, (a, b, c, d) = w["name"], w["fruit"], (n["a"], n["b"], n["c"], n["d"])
+    c1, c2, c3, ask = [
+        (f"{N} carries home {a} bags of {fruit} with {b} {fruit} in each bag", f"There are also {c} loose {fruit}",
+         f"{N} uses {d} {fruit} to make juice", f"How many {fruit} are there after the juice?"),
+        (f"There are {a} bags of {b} {fruit} on the table", f"Beside the bags lie {c} more {fruit}",
+         f"{N} squeezes {d} of the {fruit}", f"How many {fruit} are not squeezed?"),
     ][w["form"]]
-    s1 = _step(n["a"], "*", n["b"], f"There are {{e}} {fruit} in the bags.", f"the {fruit} in the bags",
-               f"there are {n['a']} bags with {n['b']} each", fruit)
-    s2 = _step(s1.value, "+", n["c"], f"With the loose ones there are {{e}} {fruit}.", f"all the {fruit}",
-               f"{n['c']} loose {fruit} are added", fruit)
-    s3 = _step(s2.value, "-", n["d"], f"After the juice, {N} has {{e}} {fruit}.", f"the {fruit} after the juice",
-               f"{n['d']} are used for juice", fruit)
-    return q, [s1, s2, s3], {"a": "the number of bags", "b": f"the {fruit} in a bag", "c": f"the loose {fruit}",
-                             "d": f"the {fruit} for the juice"}
+    s1 = _step(a, "*", b, f"{c1}, so that is {{e}} {fruit}.", f"the {fruit} in the bags",
+               f"there are {a} bags with {b} each", fruit)
+    s2 = _step(s1.value, "+", c, f"{c2}, so there are {{e}} {fruit}.", f"all the {fruit}",
+               f"{c} loose {fruit} are added", fruit)
+    s3 = _step(s2.value, "-", d, f"{c3}, so {{e}} {fruit} are left.", f"the {fruit} left", f"{d} are used", fruit)
+    return f"{c1}. {c2}. {c3}. {ask}", [s1, s2, s3], {"a": "the number of bags", "b": f"the {fruit} in a bag",
+                                                      "c": f"the loose {fruit}", "d": f"the {fruit} used"}
 
 
 def _build(build):
