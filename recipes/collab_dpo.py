@@ -62,7 +62,8 @@ def main(script_args, training_args, model_args, probe_args, mining_args):
             model.to(training_args.device)
         mined, card = mine_pairs(model, tokenizer, examples, mining_args, state=state)
         if training_args.process_index == 0:
-            out = save_pairs(mined, {"model": model_args.model_name_or_path, **card}, f"{training_args.output_dir}/pairs")
+            card = {"model": model_args.model_name_or_path, **card}
+            out = save_pairs(mined, card, Path(training_args.output_dir) / "pairs")
             print(f"mined {card['n_pairs']} pairs {card['kind']} from {card['n_prompts']} prompts in "
                   f"{card['seconds']:.0f} s -> {out}")
         pairs = Dataset.from_list(mined)  # every rank holds the same gathered pairs

@@ -110,9 +110,11 @@ def test_every_bad_turn_is_rejected_against_a_followup():
              row("new_topic", 1.0, "Next: 5 * 6?"), row("acknowledgement", 1.0, "Thanks!")]
     pairs = followup_pairs(ex, "3 + 4 = 7.", turns, use_reference=True)
     # Greedy first; a sampled copy of the greedy turn is not a second pair; thanks are neither side.
-    assert [(p["chosen"], p["chosen_source"], p["rejected"], p["rejected_label"], p["rejected_source"]) for p in pairs] \
-        == [("Why 7?", "sample", "Next: 5 * 6?", "new_topic", "greedy"),
-            ("Why 7?", "sample", "Sure!", "identity_drift", "sample")]
+    fields = ("chosen", "chosen_source", "rejected", "rejected_label", "rejected_source")
+    assert [tuple(p[f] for f in fields) for p in pairs] == [
+        ("Why 7?", "sample", "Next: 5 * 6?", "new_topic", "greedy"),
+        ("Why 7?", "sample", "Sure!", "identity_drift", "sample"),
+    ]
     pairs = followup_pairs(ex, "3 + 4 = 7.", turns[:2], use_reference=True)
     assert {(p["chosen"], p["chosen_source"]) for p in pairs} == {("Why did you add 3 and 4?", "reference")}
     assert followup_pairs(ex, "3 + 4 = 7.", turns[:2], use_reference=False) == []

@@ -27,8 +27,8 @@ def data(tmp_path):
     rows = conversations(16)
     convs, gsm8k = tmp_path / "conversations.jsonl", tmp_path / "gsm8k.jsonl"
     convs.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    gsm8k.write_text("".join(json.dumps({"question": r["messages"][0]["content"], "answer": r["messages"][1]["content"]})
-                         + "\n" for r in rows[8:]))
+    problems = [{"question": r["messages"][0]["content"], "answer": r["messages"][1]["content"]} for r in rows[8:]]
+    gsm8k.write_text("".join(json.dumps(p) + "\n" for p in problems))
     return convs, gsm8k
 
 

@@ -216,7 +216,8 @@ def mine_pairs(model, tokenizer, examples: list[Example], args: MiningArguments,
                                     max_new_tokens=args.mine_answer_max_new_tokens, temperature=args.mine_temperature,
                                     num_samples=args.mine_samples, batch_size=args.mine_batch_size,
                                     seed=args.mine_seed + 7, desc="anchor answers")
-    anchors = [p for a, s in zip(graded, sampled) for p in anchor_pairs(examples[a["index"]], a, s, args.mine_reference)]
+    anchors = [p for a, samples in zip(graded, sampled)
+               for p in anchor_pairs(examples[a["index"]], a, samples, args.mine_reference)]
     if len(anchors) < n_anchors:
         logger.warning("mined %d anchor pairs of the %d asked for (anchor_ratio %g)", len(anchors), n_anchors,
                        args.anchor_ratio)
