@@ -103,16 +103,17 @@ def test_bad_configuration_fails_at_construction(tiny_qwen_dir, tmp_path):
 
 
 def test_wandb_offline_records_probe_scalars(tiny_qwen_dir, gsm8k_file, tmp_path, monkeypatch):
+    import wandb
+
     from wandb_records import history_rows
 
+    wandb.teardown()  # wandb caches its settings (the run folder) per process: earlier tests' runs must not leak in
     for var in ("WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR"):
         monkeypatch.setenv(var, str(tmp_path / "wandb"))
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_PROJECT", "uturn-tests")
     trainer = make_trainer(tiny_qwen_dir, tmp_path / "wb", gsm8k_file, max_steps=2, report_to="wandb")
     trainer.train()
-    import wandb
-
     wandb.finish()
     (run_dir,) = (tmp_path / "wandb" / "wandb").glob("offline-run-*")
     rows = history_rows(run_dir)

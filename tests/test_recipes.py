@@ -101,6 +101,9 @@ def test_collab_dpo_mines_trains_and_goes_offline(tiny_qwen_dir, data, tmp_path,
 
     from wandb_records import history_rows
 
+    import wandb
+
+    wandb.teardown()  # wandb caches its settings (the run folder) per process: earlier tests' runs must not leak in
     # Not logged in to W&B (no key, no ~/.netrc): the recipe must switch to offline instead of hanging.
     monkeypatch.delenv("WANDB_MODE", raising=False)
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
