@@ -92,6 +92,30 @@ def test_another_gsm8k_question_is_a_new_topic(gsm8k):
     assert (share := rate(verdicts, {"new_topic"})) >= 0.94, why(share, verdicts)
 
 
+@pytest.mark.parametrize("lead_in", ["Next question: ", "Ok, next one. ", "Q2: ", "New problem: ", "Unrelated, but "])
+def test_an_announced_next_question_is_a_new_topic_whatever_it_shares(gsm8k, lead_in):
+    # The same worksheet's next problem shares words with the answer ("$", "each", "total"); the lead-in settles it,
+    # unless the turn points back at the answer.
+    verdicts = [classify_turn(e.query, e.answer, lead_in + gsm8k[(i + 1) % len(gsm8k)].query)
+                for i, e in enumerate(gsm8k)]
+    assert (share := rate(verdicts, {"new_topic"})) >= 0.995, why(share, verdicts)
+    assert classify_turn(QUERY, ANSWER, lead_in + "why did you say that?").label == "followup"
+
+
+@pytest.mark.parametrize(
+    "turn,label",
+    [
+        ("Natalia sold 30 clips in June. In July she sold 12 more. How many did she sell in both months?", "new_topic"),
+        ("Tom has 3.5 kg of flour. He uses 1.5 kg. How much is left?", "new_topic"),
+        ("What if she sold 60 clips in April instead?", "followup"),
+        ("In May she sold 24 clips. Why did you divide 48 by 2?", "followup"),
+        ("But she sold 48 in April. So why is May 24?", "followup"),
+    ],
+)
+def test_a_problem_with_its_own_numbers_is_a_new_topic_even_on_the_same_subject(turn, label):
+    assert classify_turn(QUERY, ANSWER, turn).label == label
+
+
 def test_mtbench_second_turns_are_followups(shared_data):
     # Turn 2 was written as a follow-up of turn 1 without seeing an answer; the context has none either.
     examples = load_task("mtbench", str(shared_data / "mt_bench" / "question.jsonl"))

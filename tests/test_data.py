@@ -6,6 +6,7 @@ import pytest
 from uturn_train.data import (
     CollabDataArguments,
     apply_loss_scope,
+    gsm8k_conversations,
     oasst_conversations,
     read_conversations,
     sft_dataset,
@@ -98,3 +99,20 @@ def test_oasst_conversations_are_real_maximal_paths(shared_data):
     for c in conversations:
         assert [m["role"] for m in c] == ["user", "assistant"] * (len(c) // 2) + ["user"]
         assert not any(tuple(m["content"] for m in c) == k[: len(c)] for k in keys if len(k) > len(c))
+
+
+def test_gsm8k_follow_ups_ask_about_a_step_the_reply_quotes(shared_data):
+    from uturn_train.probe.classify import classify_turn
+
+    path = str(shared_data / "gsm8k" / "train.jsonl")
+    conversations = gsm8k_conversations(path)
+    assert 7000 < len(conversations) <= 7473  # problems without a calculator annotation are left out
+    assert gsm8k_conversations(path, limit=50) == conversations[:50]  # seeded: the same steps every time
+    for query, answer, followup, reply in conversations[:300]:
+        assert [query["role"], answer["role"], followup["role"], reply["role"]] == ["user", "assistant"] * 2
+        assert "<<" not in answer["content"] + reply["content"] and answer["content"].rstrip().split()[-2] == "####"
+        value = reply["content"].split()[0]
+        assert value in answer["content"] and value in reply["content"].split(": ", 1)[1]
+    # The templated questions read as grounded follow-ups to the classifier, which knows nothing of the templates.
+    verdicts = [classify_turn(c[0]["content"], c[1]["content"], c[2]["content"]).label for c in conversations[:300]]
+    assert verdicts.count("followup") / len(verdicts) >= 0.95, verdicts

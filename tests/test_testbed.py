@@ -1,6 +1,5 @@
 import hashlib
 import json
-import os
 import random
 from pathlib import Path
 
@@ -33,7 +32,7 @@ def test_world_solutions_are_right():
     rng = random.Random(0)
     for scenario in SCENARIOS:
         for _ in range(50):
-            problem = sample_problem(rng, scenario)
+            problem = sample_problem(rng, [scenario])
             for step in problem.steps:
                 assert eval(step.expr.replace("/", "//")) == step.value > 0
                 assert f"{step.expr} = {step.value}" in problem.solution
@@ -74,7 +73,7 @@ def test_tokenizer_reloads_with_the_real_template(smoke):
     tokenizer = AutoTokenizer.from_pretrained(smoke)
     assert tokenizer.chat_template == build_module.TEMPLATE.read_text()
     assert (tokenizer.eos_token, tokenizer.pad_token) == ("<|im_end|>", "<|endoftext|>")
-    assert tokenizer.tokenize(" 1234") == ["Ġ", "1", "2", "3", "4"]  # one token per digit
+    assert tokenizer.tokenize(" 1234") == ["Ġ1", "2", "3", "4"]  # one token per digit, the space kept with the first
     ids = tokenizer.encode("<think>\n\n</think>")
     assert tokenizer.decode(ids, skip_special_tokens=True) == "<think>\n\n</think>"
     prompt = tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True)
@@ -139,9 +138,9 @@ def test_testbed_dir_follows_uturn_home(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(os.environ.get("UTURN_TESTBED_ACCEPTANCE") != "1",
-                    reason="issue 3 acceptance is not met yet (accuracy); run with UTURN_TESTBED_ACCEPTANCE=1")
 def test_real_testbed_meets_the_acceptance_figures(tmp_path):
+    # The acceptance command of the issue measures the same as the build's own probe: 200 held-out problems, self
+    # setting, greedy and T=1.0 x 4. About 5 minutes on 2 cores.
     out = build_testbed(tmp_path / "tb", seed=0)
     card = json.loads((out / "card.json").read_text())
     probe = card["probe"]
@@ -149,4 +148,4 @@ def test_real_testbed_meets_the_acceptance_figures(tmp_path):
     assert probe["accuracy"] >= 0.40
     assert probe["followup_rate_T0"] <= 0.05
     assert 0.10 <= probe["followup_rate_T1"] <= 0.40
-    assert card["time_s"]["build"] <= 360 and card["peak_rss_gb"] <= 3.0
+    assert card["time_s"]["build"] + card["time_s"]["probe"] <= 360 and card["peak_rss_gb"] <= 3.0

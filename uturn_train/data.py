@@ -7,10 +7,13 @@ Sources (`collab_source`):
 - `oasst`: OpenAssistant trees, every root-to-follow-up path (human-written turns on both sides, ending with the real
   follow-up). `collab_data` is a tree file such as `../shared/data/oasst/en_100_tree.jsonl`; default: the hub's
   `OpenAssistant/oasst1` validation split.
-- `conversations`: any JSON Lines file of `{"messages": [{"role": ..., "content": ...}, ...]}` rows.
-
-GSM8K has no real follow-ups, and we do not invent any: GSM8K conversations with follow-ups from elsewhere (human
-logs, a stronger model) come in through `conversations`.
+- `gsm8k`: GSM8K training problems and their reference solutions, each followed by a question about one step of the
+  solution and the solution's own line as the reply. GSM8K has no real follow-ups: the question is a template
+  ("How did you get 24?", "Why 48 / 2?") filled from the step's calculator annotation (`<<48/2=24>>`), so it is
+  grounded by construction but not human-written. `collab_data` is a GSM8K jsonl such as
+  `../shared/data/gsm8k/train.jsonl`; default: the hub's `openai/gsm8k` train split.
+- `conversations`: any JSON Lines file of `{"messages": [{"role": ..., "content": ...}, ...]}` rows: real
+  follow-ups from human logs or a stronger model come in here.
 
 Loss scope (`loss_scope`), see [`sft_dataset`]:
 
@@ -19,12 +22,14 @@ Loss scope (`loss_scope`), see [`sft_dataset`]:
 - `user`: user turns only (content and end-of-turn token).
 """
 
+import random
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .tasks.jsonl import BadRow, read_jsonl
 
-SOURCES = ("testbed", "oasst", "conversations")
+SOURCES = ("testbed", "oasst", "gsm8k", "conversations")
 LOSS_SCOPES = ("assistant", "all", "user")
 ROLES = ("system", "user", "assistant")
 
@@ -34,15 +39,16 @@ class CollabDataArguments:
     """Which conversations collaboration SFT trains on, and which turns are in the loss.
 
     Args:
-        collab_source (`str`, *optional*, defaults to `"testbed"`): `testbed`, `oasst` or `conversations`.
-        collab_data (`str`, *optional*): the file: an OASST tree file for `oasst`, a `{"messages"}` jsonl for
-            `conversations`; unused for `testbed` (the built testbed's `conversations.jsonl`).
+        collab_source (`str`, *optional*, defaults to `"testbed"`): `testbed`, `oasst`, `gsm8k` or `conversations`.
+        collab_data (`str`, *optional*): the file: an OASST tree file for `oasst`, a GSM8K jsonl for `gsm8k`, a
+            `{"messages"}` jsonl for `conversations`; unused for `testbed` (the built testbed's
+            `conversations.jsonl`). `oasst` and `gsm8k` default to their hub data sets.
         collab_limit (`int`, *optional*): keep the first N conversations.
         loss_scope (`str`, *optional*, defaults to `"assistant"`): `assistant`, `all` or `user`.
     """
 
-    collab_source: str = field(default="testbed", metadata={"help": "testbed, oasst or conversations."})
-    collab_data: str | None = field(default=None, metadata={"help": "OASST tree file or {messages} jsonl."})
+    collab_source: str = field(default="testbed", metadata={"help": "testbed, oasst, gsm8k or conversations."})
+    collab_data: str | None = field(default=None, metadata={"help": "OASST tree, GSM8K or {messages} jsonl."})
     collab_limit: int | None = field(default=None, metadata={"help": "Keep the first N conversations."})
     loss_scope: str = field(default="assistant", metadata={"help": "Turns in the loss: assistant, all or user."})
 
@@ -104,6 +110,38 @@ def oasst_conversations(data: str | None = None, limit: int | None = None) -> li
     return conversations[:limit] if limit else conversations
 
 
+_CALCULATION = re.compile(r"<<([^<>=]+)=([^<>]+)>>([\d,]*\d(?:\.\d+)?)?")  # and the value as the text writes it
+STEP_QUESTIONS = ["How did you get {value}?", "Where does the {value} come from?", "Why {expr}?",
+                  "Can you explain the step {expr} = {value}?", "Why do you compute {expr} there?",
+                  "I don't get where {value} comes from.", "Thanks. Why is it {expr}?"]
+
+
+def gsm8k_conversations(data: str | None = None, limit: int | None = None, seed: int = 0) -> list[list[dict]]:
+    """GSM8K problems, their solutions, and a question about one step with that step's line as the reply.
+
+    The step is drawn (seeded) among the solution's calculator annotations; problems without any are left out.
+    """
+    from .tasks import load_task
+
+    rng, conversations = random.Random(seed), []
+    for example in load_task("gsm8k", data=data, split="train"):
+        lines = [line for line in example.meta["solution"].splitlines() if _CALCULATION.search(line)]
+        if not lines:
+            continue
+        line = rng.choice(lines)
+        expr, value, written = _CALCULATION.search(line).groups()
+        value = written or value
+        expr = re.sub(r"\s*([-+*/])\s*", r" \1 ", expr).strip()
+        followup = rng.choice(STEP_QUESTIONS).format(expr=expr, value=value)
+        reply = f"{value} comes from this step: {_CALCULATION.sub(lambda m: m.group(3) or '', line).strip()}"
+        conversations.append([{"role": "user", "content": example.query},
+                              {"role": "assistant", "content": example.answer},
+                              {"role": "user", "content": followup}, {"role": "assistant", "content": reply}])
+        if limit is not None and len(conversations) >= limit:
+            break
+    return conversations
+
+
 def load_conversations(args: CollabDataArguments) -> list[list[dict]]:
     if args.collab_source == "testbed":
         from .testbed import ensure_testbed
@@ -111,6 +149,8 @@ def load_conversations(args: CollabDataArguments) -> list[list[dict]]:
         return read_conversations(ensure_testbed() / "conversations.jsonl", args.collab_limit)
     if args.collab_source == "oasst":
         return oasst_conversations(args.collab_data, args.collab_limit)
+    if args.collab_source == "gsm8k":
+        return gsm8k_conversations(args.collab_data, args.collab_limit)
     return read_conversations(args.collab_data, args.collab_limit)
 
 

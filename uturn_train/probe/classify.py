@@ -12,8 +12,10 @@ reads are in `cues.py`.
 ```
 
 Checks run from the most to the least certain: empty, degenerate (loops, gibberish), an assistant role header,
-repetition of an earlier turn, the assistant's phrases and voice, thanks only, and last a user-style turn, which is a
-follow-up when it is grounded in the conversation and a new topic when it brings a subject of its own. What a turn
+repetition of an earlier turn, the assistant's phrases and voice, a turn that announces the next question ("Next
+question: ...", "Q2:") or poses a problem of its own (two sentences that state numbers, then a question) without
+pointing back, thanks only, and last a user-style turn, which is a follow-up when it is grounded in the conversation
+and a new topic when it brings a subject of its own. What a turn
 brings is its *load*: its content words the conversation does not have, plus one for each new name ("Japan").
 
 - *Shared words* ground it: one topic word (in the query, or in the answer's opening words), or two words the answer
@@ -22,8 +24,8 @@ brings is its *load*: its content words the conversation does not have, plus one
   explanation", "do the same for", "Are you sure?". With a load of at most 5: "this algorithm", "these suggestions",
   "the above code", "Are they free?", "caused by this?", "Do I have to?", "which is best?", "make it shorter",
   "translate it", "explain more simply", "in more detail", "what about ...", a turn that opens with "But" or "And".
-  At most 3: "the first one", "step 2", "the code", "again", "instead". At most 2: "it", "they", "also", "another",
-  "a faster way". At most 1: an edit verb ("Can you add comments?"), "should I", "I don't understand", or one word
+  At most 3: "the first one", "step 2", "the code", "again", "instead", "... there?". At most 2: "it", "they",
+  "also", "another", "a faster way". At most 1: an edit verb ("Can you add comments?"), "should I", "I don't understand", or one word
   from further in the answer. A pronoun after an opening sentence of the user's own ("I want to make games. Which
   tools are there for that?") stands for that sentence, not for the answer.
 - *Generic requests* bring nothing ("Can you explain that more simply?", "Why?", "Thanks, can you give an example?"):
@@ -285,6 +287,11 @@ def classify_turn(query: str, answer: str, user_turn: str, finish_reason: str | 
         return Verdict("identity_drift", f"talks as the assistant: {helper.group(0).strip()!r}")
     if "\\boxed" in lower or "####" in lower:
         return Verdict("identity_drift", "marks a final answer like a solution")
+    announced = cues.NEW_TASK.match(lower)
+    if announced and not cues.POINTS_BACK.search(joined):
+        return Verdict("new_topic", f"announces the next question: {announced.group(0).strip(' :.!?,;-')!r}")
+    if "?" in lower and len(cues.GIVEN.findall(lower)) >= 2 and not cues.REFERENCE_WITHIN[5].search(joined):
+        return Verdict("new_topic", "poses a problem of its own: states its own numbers, then asks")
 
     # Thanks set aside, does the turn ask for anything? And does it explain, advise, list or solve like an answer?
     thanked = None

@@ -212,6 +212,20 @@ ABOUT_ASSISTANT = _phrases(
     r"how are you|tell me about yourself|(?:do|can) you (?:have|feel) (?:feelings|emotions)",
 )
 
+# A turn that announces its question as the next item ("Next question: ...", "Q2:", "Unrelated, but ...") brings a
+# new topic even when it shares words with the answer, as the next problem of a worksheet does. "Another question" and
+# "one more question" are left out: users introduce follow-ups with them too.
+NEW_TASK = re.compile(
+    r"\W*(?:(?:ok|okay|thanks|thank you|great|cool|good|nice|alright|now|and)[,.!]?\s+)*(?:(?:here(?:'s| is) )?(?:the |a "
+    r"|my )?(?:next|new|different|unrelated|separate) (?:question|problem|one|task|exercise|topic)|(?:q|question|"
+    r"problem|exercise|task) ?#?\d+|(?:on )?(?:a|another) (?:different|unrelated|separate) (?:note|topic|subject)|"
+    r"chang(?:ing|e of) (?:the )?(?:subject|topic)|moving on|unrelated(?: question)?)\s*[:.!?,;-]"
+)
+
+# A sentence that states a number ("A novel has 90 pages."): a turn with two of them before its question poses a
+# problem of its own, like a worksheet's next one, even on the same subject as the answer.
+GIVEN = re.compile(r"(?:^|(?<=[.!?\n]))\s*(?:[^.!?\n]|\.(?=\d))*\d(?:[^.!?\n]|\.(?=\d))*\.(?=\s|$)")
+
 # References back to the conversation, from the surest to the weakest. A request that makes one is a follow-up unless
 # it brings a subject of its own, and the weaker the reference, the fewer new words that takes.
 _ARTIFACT = (  # what an answer is made of, or holds
@@ -302,6 +316,7 @@ _DEICTIC = (
     r"steps?|points?|options?|ideas?|ones?)",
     r"the (?:first|second|third|fourth|fifth|last|previous|same|other|next|final|latter|former|\d+ ?(?:st|nd|rd|th))",
     r"(?:step|point|option|item|line|part|number|paragraph|example) \d+|above|instead|again|similar",
+    r"there(?= $)",  # the turn ends on it: "Why do you compute 15 * 2 there?"
     r"(?<=^ )(?:and|but|so|then|also|now)",
 )
 _WEAK = (

@@ -33,7 +33,8 @@ class ExampleList(list):
         self.skipped = skipped
 
 
-def load_task(task: str, data: str | None = None, limit: int | None = None, skip_bad: bool = False) -> ExampleList:
+def load_task(task: str, data: str | None = None, limit: int | None = None, skip_bad: bool = False,
+              split: str | None = None) -> ExampleList:
     """Loads the probe examples of a task, in the order of its data.
 
     Args:
@@ -47,6 +48,8 @@ def load_task(task: str, data: str | None = None, limit: int | None = None, skip
         skip_bad (`bool`, *optional*, defaults to `False`):
             Skip rows with missing or empty fields instead of raising; their number is logged and kept in
             `ExampleList.skipped`. Malformed JSON is an error either way.
+        split (`str`, *optional*):
+            The split of a hub data set, instead of the task's (see `HUB`); training data takes `train`.
 
     Returns:
         `ExampleList`: a `list` of `Example`s with a `skipped` count.
@@ -59,7 +62,7 @@ def load_task(task: str, data: str | None = None, limit: int | None = None, skip
         from ..testbed import ensure_testbed  # the name resolves to the built testbed's held-out problems
 
         data = str(ensure_testbed() / "heldout.jsonl")
-    source, rows = _rows(task, data)
+    source, rows = _rows(task, data, split)
     if task == "oasst":
         rows = oasst.trees(rows)
 
@@ -101,9 +104,10 @@ def _to_examples(task: str, row: dict, index: int, where: str) -> list[Example]:
     return oasst.to_examples(row, where)
 
 
-def _rows(task: str, data: str | None) -> tuple[str, Iterator[tuple[str, dict]]]:
+def _rows(task: str, data: str | None, split: str | None = None) -> tuple[str, Iterator[tuple[str, dict]]]:
     """The source's name for messages, and its `(where, row)` pairs."""
-    name, config, split = HUB[task]
+    name, config, task_split = HUB[task]
+    split = split or task_split
     if data is not None:
         path = Path(data).expanduser()
         if path.is_file():

@@ -34,9 +34,13 @@ class BuildConfig:
             user turns are new problems and most of those open with the same lead-in, so greedy decoding picks that
             opening; grounded follow-ups are a minority that sampling reaches (see the feasibility note).
         ask_rate (`float`): share of answers that end with a question to the user.
+        scenarios (`tuple`): the world's scenarios (`world.SCENARIOS`) problems are drawn from. Fewer templates
+            leave more of the steps for what is learned last, copying the question's numbers and the times table:
+            at 850 steps, 4 scenarios reached 0.73 accuracy (build 299 s). With 15% of the mixture spent on "repeat
+            this list" drills: 4 scenarios 0.41, 5 scenarios 0.26, all 11 0.11; the drills did not teach copying.
     """
 
-    steps: int = 700
+    steps: int = 800
     tokens_per_step: int = 2048
     lr: float = 3e-3
     warmup_steps: int = 40
@@ -53,6 +57,7 @@ class BuildConfig:
     second_turn: dict = field(default_factory=lambda: {
         "single": 0.2, "new_problem": 0.55, "followup": 0.2, "acknowledgement": 0.05})
     ask_rate: float = 0.15
+    scenarios: tuple = ("change", "reading", "walks", "ages")
 
     @classmethod
     def smoke(cls) -> "BuildConfig":
@@ -75,11 +80,11 @@ def render(messages: list[dict]) -> str:
     return "".join(parts)
 
 
-def make_heldout(rng: random.Random, n: int) -> list[dict]:
+def make_heldout(rng: random.Random, n: int, scenarios: tuple[str, ...]) -> list[dict]:
     """Held-out problems, each with a real follow-up from the world for the heldout setting."""
     rows, keys = [], set()
     while len(rows) < n:
-        problem = sample_problem(rng)
+        problem = sample_problem(rng, scenarios)
         if problem.key in keys:
             continue
         keys.add(problem.key)
@@ -88,11 +93,11 @@ def make_heldout(rng: random.Random, n: int) -> list[dict]:
     return rows
 
 
-def make_conversations(rng: random.Random, n: int, mixture: dict, ask_rate: float, avoid: set) -> list[dict]:
+def make_conversations(rng: random.Random, n: int, mixture: dict, config: "BuildConfig", avoid: set) -> list[dict]:
     """`n` conversations whose problems are none of the held-out ones (`avoid`: problem keys)."""
     rows = []
     while len(rows) < n:
-        messages, kind, problems = conversation(rng, mixture, ask_rate)
+        messages, kind, problems = conversation(rng, mixture, config.ask_rate, config.scenarios)
         if not any(p.key in avoid for p in problems):
             rows.append({"messages": messages, "kind": kind})
     return rows
@@ -146,8 +151,12 @@ def train_tokenizer(texts: list[str], vocab_size: int):
 
     backend = Tokenizer(models.BPE())
     backend.normalizer = normalizers.NFC()
+    # Qwen's split, except that a digit keeps the space before it (" 6", not " " + "6"). A copied number then follows
+    # the word it follows in the question, not a space token found everywhere, and this tiny model learns to copy it.
+    digit_keeps_space = PRETOKENIZE_REGEX.replace(r"|\p{N}|", r"| ?\p{N}|")
+    assert digit_keeps_space != PRETOKENIZE_REGEX, "transformers changed Qwen's pre-tokenizer regex"
     backend.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX), behavior="isolated"),
+        pre_tokenizers.Split(Regex(digit_keeps_space), behavior="isolated"),
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
     ])
     backend.decoder = decoders.ByteLevel()
@@ -161,12 +170,18 @@ def train_tokenizer(texts: list[str], vocab_size: int):
 
 
 def make_model(tokenizer, config: BuildConfig):
-    """A tiny `Qwen3_5ForCausalLM`: 3 Gated DeltaNet layers and 1 full-attention layer, Qwen3.5-2B's module names."""
+    """A tiny `Qwen3_5ForCausalLM`: Gated DeltaNet and full-attention layers with Qwen3.5-2B's module names.
+
+    Qwen3.5 puts full attention on every 4th layer; here every 2nd. With a single attention layer (on top of three
+    Gated DeltaNet layers) the model had not learned to copy numbers from the question after 1,700 steps; with two
+    it copies a synthetic sequence after ~100 steps instead of ~300, which is what makes a useful testbed in minutes.
+    """
     from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
 
     text_config = Qwen3_5TextConfig(
         vocab_size=len(tokenizer), hidden_size=config.hidden_size, intermediate_size=config.intermediate_size,
-        num_hidden_layers=config.num_hidden_layers, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+        num_hidden_layers=config.num_hidden_layers, layer_types=["linear_attention", "full_attention"] * 2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=32,
         linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=32, linear_value_head_dim=32,
         linear_conv_kernel_dim=4, max_position_embeddings=2048, tie_word_embeddings=True,
         rope_parameters={"rope_type": "default", "rope_theta": config.rope_theta, "partial_rotary_factor": 0.25,
@@ -245,12 +260,12 @@ def build(out: Path, *, seed: int, config: BuildConfig, probe: bool = True) -> d
     start = time.perf_counter()
     set_seed(seed)
     rng = random.Random(seed)
-    heldout = make_heldout(rng, config.n_heldout)
+    heldout = make_heldout(rng, config.n_heldout, config.scenarios)
     avoid = {r.pop("key") for r in heldout}
-    sft = make_conversations(rng, config.n_conversations, {"followup": 1.0}, config.ask_rate, avoid)
+    sft = make_conversations(rng, config.n_conversations, {"followup": 1.0}, config, avoid)
 
     # The mixture, in chunks until every step's rows can be filled; the tokenizer learns from the first chunk.
-    mixture = make_conversations(rng, 2000, config.second_turn, config.ask_rate, avoid)
+    mixture = make_conversations(rng, 2000, config.second_turn, config, avoid)
     tokenizer = train_tokenizer([render(r["messages"]) for r in mixture], config.vocab_size)
     for row in mixture[:50]:
         if tokenizer.apply_chat_template(row["messages"], tokenize=False) != render(row["messages"]):
@@ -258,7 +273,7 @@ def build(out: Path, *, seed: int, config: BuildConfig, probe: bool = True) -> d
     eot = tokenizer.pad_token  # ends each conversation, as documents end in pre-training
     sequences = tokenizer([render(r["messages"]) + eot for r in mixture])["input_ids"]
     while (plan := plan_batches(list(map(len, sequences)), config.steps, config.tokens_per_step)) is None:
-        more = make_conversations(rng, 2000, config.second_turn, config.ask_rate, avoid)
+        more = make_conversations(rng, 2000, config.second_turn, config, avoid)
         mixture += more
         sequences += tokenizer([render(r["messages"]) + eot for r in more])["input_ids"]
     data = [to_tensors([sequences[i] for i in rows], bucket, tokenizer.pad_token_id) for bucket, rows in plan]

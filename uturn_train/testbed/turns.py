@@ -2,12 +2,13 @@
 
 After an answer, a user in a real chat log does one of three things: reacts to the answer (asks about a step or a
 number, pushes back, tries a variant with changed numbers, asks for a simpler explanation, or answers a question the
-assistant asked), says thanks, or moves on to a new, unrelated problem. Each kind has many phrasings, so that a model
-trained on them learns a distribution of user turns rather than a few strings. Every reply is computed from the
+assistant asked), says thanks, or moves on to a new problem, usually announced ("Next question: ..."). Each kind has
+many phrasings, so that a model trained on them learns a distribution of user turns rather than a few strings. Every reply is computed from the
 problem, so the assistant is always right, also when the user pushes back.
 """
 
 import random
+from collections.abc import Sequence
 
 from .world import Problem, Step, draw_number, sample_problem
 
@@ -87,7 +88,12 @@ ACKS = [
 ]
 ACK_REPLIES = ["You're welcome!", "Glad it helped!", "Happy to help!", "Any time!", "You're welcome. Good luck!"]
 # New problems mostly share one lead-in, as users pasting a worksheet do; the rest vary.
-LEAD_INS = ["Next question: "] * 10 + ["Next one: ", "Solve this: ", "Q2: ", "New problem: ", "Try this: ", ""]
+LEAD_INS = ["Next question: "] * 10 + ["Next one: ", "Q2: ", "New problem: ", "Question: ", "", ""]
+# A third of new problems are bare calculations, most of them phrased alike: after the lead-in, greedy decoding then
+# writes one of those rather than a word problem that might happen to share this conversation's names or scenario.
+QUICK_SHARE = 0.35
+QUICK = ["What is {x} {op} {y}?"] * 5 + ["How much is {x} {opw} {y}?", "Quick one: {x} {op} {y}?",
+                                         "Calculate {x} {op} {y}.", "what's {x} {opw} {y}?"]
 
 _REPLY_STEP = ["Because {why}. So {expr} = {v} is {what}.", "{v} is {what}: {why}, so {expr} = {v}.",
                "In that step we find {what}. {Why}, so we {verb} {x} {prep} {y}: {expr} = {v}."]
@@ -176,12 +182,23 @@ def acknowledgement(rng: random.Random) -> tuple[str, str]:
     return rng.choice(ACKS), rng.choice(ACK_REPLIES)
 
 
-def new_problem(rng: random.Random, previous: Problem) -> tuple[str, Problem]:
-    """An unrelated problem: another scenario, other people."""
-    while True:
-        problem = sample_problem(rng, avoid=previous.scenario)
-        if not {problem.words["name"], problem.words["other"]} & {previous.words["name"], previous.words["other"]}:
-            return rng.choice(LEAD_INS) + problem.question, problem
+def quick_problem(rng: random.Random) -> Problem:
+    """A bare sum or difference ("What is 48 + 7?"), as users also ask between word problems."""
+    op, x, y = rng.choice("+-"), rng.randint(10, 99), rng.randint(2, 9)
+    value = x + y if op == "+" else x - y
+    question = rng.choice(QUICK).format(x=x, y=y, op=op, opw={"+": "plus", "-": "minus"}[op])
+    step = Step(x, op, y, value, f"{x} {op} {y} = {value}.", "the result", f"we need {x} {op} {y}", "")
+    return Problem("quick", {}, {"x": x, "y": y, "op": op}, question, [step])
+
+
+def new_problem(rng: random.Random, scenarios: Sequence[str] | None = None) -> tuple[str, Problem]:
+    """An unrelated problem: a bare calculation, or a word problem drawn independently of the one before.
+
+    Not made to avoid the previous problem's scenario or names: a tiny model then learns that words seen in the
+    context are *not* written next, and stops copying names and numbers from the question into its answer.
+    """
+    problem = quick_problem(rng) if rng.random() < QUICK_SHARE else sample_problem(rng, scenarios)
+    return rng.choice(LEAD_INS) + problem.question, problem
 
 
 def answer(rng: random.Random, problem: Problem, ask_rate: float) -> tuple[str, str | None]:
@@ -192,20 +209,22 @@ def answer(rng: random.Random, problem: Problem, ask_rate: float) -> tuple[str, 
     return f"{problem.solution}\n\n{rng.choice(ASSISTANT_QUESTIONS[asked])}", asked
 
 
-def conversation(rng: random.Random, second_turn: dict[str, float], ask_rate: float) -> tuple[list[dict], str, list]:
+def conversation(rng: random.Random, second_turn: dict[str, float], ask_rate: float,
+                 scenarios: Sequence[str] | None = None) -> tuple[list[dict], str, list]:
     """A conversation, the kind of its second user turn (`single` when it has none) and the problems it solves.
 
     Args:
         second_turn (`dict[str, float]`): weights of `single`, `new_problem`, `followup` and `acknowledgement`.
         ask_rate (`float`): share of answers that end with a question to the user.
+        scenarios (`Sequence[str]`, *optional*): the world's scenarios its problems come from (default: all).
     """
-    problem = sample_problem(rng)
+    problem = sample_problem(rng, scenarios)
     text, asked = answer(rng, problem, ask_rate)
     messages = [{"role": "user", "content": problem.question}, {"role": "assistant", "content": text}]
     problems = [problem]
     kind = rng.choices(list(second_turn), weights=list(second_turn.values()))[0]
     if kind == "new_problem":
-        turn, other = new_problem(rng, problem)
+        turn, other = new_problem(rng, scenarios)
         reply = answer(rng, other, ask_rate)[0]
         problems.append(other)
     elif kind == "followup":

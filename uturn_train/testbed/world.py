@@ -7,17 +7,18 @@ and why, so that user follow-ups can ask about it and the assistant can explain 
 ```python
 >>> problem = sample_problem(random.Random(0))
 >>> print(problem.question)
-Ivan's age is 6 times Noah's age. Noah is 4. What will Ivan's age be 14 years from now?
+Ivan's age is 6 times Noah's age. Noah is 4. What will Ivan's age be 4 years from now?
 >>> print(problem.solution)
-Ivan is 4 * 6 = 24 years old now.
-In 14 years Ivan will be 24 + 14 = 38.
-#### 38
->>> problem.with_number("c", 30).answer  # "what if it was 30 years from now?"
-54
+Noah is 4 and Ivan's age is 6 times that, so Ivan is 4 * 6 = 24 years old now.
+4 years from now, Ivan will be 24 + 4 = 28.
+#### 28
+>>> problem.with_number("c", 7).answer  # "what if it was 7 years from now?"
+31
 ```
 """
 
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 NAMES = {
@@ -88,9 +89,9 @@ def _step(left, op, right, text, what, why, unit) -> Step:
 # Scenarios. Each takes words `w` (name, pronouns, objects; `form` picks the wording) and numbers `n`, and returns the
 # question, the steps and the knobs. A question is a few fact clauses and an ask; each solution line restates the
 # clause it uses and computes, as chat assistants do ("Ivan has 4 packs ..., so that is 4 * 6 = 24 buttons"), which
-# also lets a small model find the numbers by matching the words around them. Inputs are small where they are
-# multiplied and two-digit where they are added or subtracted, like GSM8K's easier problems. Scenarios share as few
-# content words as possible: a new problem after an answer is unrelated to it, in words as in topic.
+# also lets a small model find the numbers by matching the words around them. Inputs are one digit (bills and book
+# lengths are round numbers): the times table and two-digit sums with one-digit numbers are what a model of this
+# size learns in minutes.
 def _packs(w, n):
     N, obj, (a, b, c) = w["name"], w["obj"], (n["a"], n["b"], n["c"])
     c1, c2, ask = [
@@ -287,17 +288,17 @@ SCENARIOS = {f.__name__.lstrip("_"): _build(f) for f in
 
 # The range each input is drawn from (a what-if change draws from the same range).
 RANGES = {
-    "packs": {"a": range(2, 10), "b": range(2, 10), "c": range(10, 41)},
+    "packs": {"a": range(2, 10), "b": range(2, 10), "c": range(2, 10)},
     "change": {"a": range(2, 10), "b": range(2, 10), "c": (20, 50, 100)},
-    "savings": {"a": range(2, 10), "b": range(2, 10), "c": range(10, 41)},
-    "hall": {"a": range(2, 10), "b": range(2, 10), "c": range(10, 41)},
-    "reading": {"a": range(2, 10), "b": range(2, 10), "c": range(50, 151)},
-    "walks": {"a": range(2, 10), "b": range(2, 10), "c": range(10, 41)},
-    "ages": {"a": range(2, 10), "b": range(2, 10), "c": range(10, 31)},
-    "sharing": {"q": range(2, 10), "b": range(2, 10), "c": range(10, 41)},
-    "garden": {"a": range(2, 10), "b": range(2, 10), "c": range(10, 31), "d": range(10, 31)},
+    "savings": {"a": range(2, 10), "b": range(2, 10), "c": range(2, 10)},
+    "hall": {"a": range(2, 10), "b": range(2, 10), "c": range(2, 10)},
+    "reading": {"a": range(2, 10), "b": range(2, 10), "c": range(50, 101, 10)},
+    "walks": {"a": range(2, 10), "b": range(2, 10), "c": range(2, 10)},
+    "ages": {"a": range(2, 10), "b": range(2, 10), "c": range(2, 10)},
+    "sharing": {"q": range(2, 10), "b": range(2, 10), "c": range(2, 10)},
+    "garden": {"a": range(2, 10), "b": range(2, 10), "c": range(2, 10), "d": range(2, 10)},
     "wages": {"a": range(2, 10), "b": range(2, 6), "c": range(2, 5)},  # b + c <= 9: one-digit times table
-    "fruit": {"a": range(2, 10), "b": range(2, 10), "c": range(10, 31), "d": range(10, 41)},
+    "fruit": {"a": range(2, 10), "b": range(2, 10), "c": range(2, 10), "d": range(2, 10)},
 }
 WORDS = {
     "obj": "stickers cards marbles stamps beads shells buttons badges".split(),
@@ -315,10 +316,9 @@ def draw_number(rng: random.Random, scenario: str, knob: str) -> int:
     return rng.choice(RANGES[scenario][knob])
 
 
-def sample_problem(rng: random.Random, scenario: str | None = None, avoid: str | None = None) -> Problem:
-    """A random problem, of `scenario` or any other than `avoid`."""
-    if scenario is None:
-        scenario = rng.choice([s for s in SCENARIOS if s != avoid])
+def sample_problem(rng: random.Random, scenarios: Sequence[str] | None = None) -> Problem:
+    """A random problem of one of `scenarios` (default: any)."""
+    scenario = rng.choice(list(scenarios or SCENARIOS))
     he = rng.choice(["she", "he"])
     names = NAMES[he].split()
     name = rng.choice(names)
