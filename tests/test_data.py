@@ -7,6 +7,7 @@ from uturn_train.data import (
     CollabDataArguments,
     apply_loss_scope,
     gsm8k_conversations,
+    load_conversations,
     oasst_conversations,
     read_conversations,
     sft_dataset,
@@ -113,6 +114,8 @@ def test_gsm8k_follow_ups_ask_about_a_step_the_reply_quotes(shared_data):
         assert "<<" not in answer["content"] + reply["content"] and answer["content"].rstrip().split()[-2] == "####"
         value = reply["content"].split()[0]
         assert value in answer["content"] and value in reply["content"].split(": ", 1)[1]
+    args = CollabDataArguments(collab_source="gsm8k", collab_data=path, collab_limit=5)
+    assert load_conversations(args) == conversations[:5]  # what collab_sft.py --collab_source gsm8k trains on
     # The templated questions read as grounded follow-ups to the classifier, which knows nothing of the templates.
     verdicts = [classify_turn(c[0]["content"], c[1]["content"], c[2]["content"]).label for c in conversations[:300]]
     assert verdicts.count("followup") / len(verdicts) >= 0.95, verdicts

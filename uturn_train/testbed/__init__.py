@@ -94,7 +94,8 @@ def _card_markdown(card: dict) -> str:
         "",
         f"- Training: {c['steps']} steps x {c['tokens_per_step']} tokens (one conversation per row), lr {c['lr']} (cosine), "
         f"{d['train_conversations']:,} conversations ({d['train_tokens']:,} tokens), final loss {card['final_loss']:.3f}.",
-        f"- Second user turns in the mixture: " + ", ".join(f"{k} {v:,}" for k, v in d["train_kinds"].items()) + ".",
+        f"- World: word problems of the scenarios {', '.join(c['scenarios'])}; second user turns in the mixture: "
+        + ", ".join(f"{k} {v:,}" for k, v in d["train_kinds"].items()) + ".",
         f"- Built in {card['time_s']['build']:.0f} s ({card['torch_threads']} threads), peak RSS "
         f"{card['peak_rss_gb']:.2f} GB.",
         f"- Files: `train.jsonl` (the mixture), `heldout.jsonl` ({d['heldout']} problems never trained on), "

@@ -151,8 +151,8 @@ def train_tokenizer(texts: list[str], vocab_size: int):
 
     backend = Tokenizer(models.BPE())
     backend.normalizer = normalizers.NFC()
-    # Qwen's split, except that a digit keeps the space before it (" 6", not " " + "6"). A copied number then follows
-    # the word it follows in the question, not a space token found everywhere, and this tiny model learns to copy it.
+    # Qwen's split, except that a digit keeps the space before it (" 6", not " " + "6"): a number copied from the
+    # question then follows the word it follows there ("has 6"), not a space token found everywhere.
     digit_keeps_space = PRETOKENIZE_REGEX.replace(r"|\p{N}|", r"| ?\p{N}|")
     assert digit_keeps_space != PRETOKENIZE_REGEX, "transformers changed Qwen's pre-tokenizer regex"
     backend.pre_tokenizer = pre_tokenizers.Sequence([
