@@ -15,8 +15,8 @@ Checks run from the most to the least certain: empty, degenerate (loops, gibberi
 repetition of an earlier turn, the assistant's phrases and voice, a turn that announces the next question ("Next
 question: ...", "Q2:") or poses a problem of its own (two sentences that state numbers, then a question) without
 pointing back, thanks only, and last a user-style turn, which is a follow-up when it is grounded in the conversation
-and a new topic when it brings a subject of its own. What a turn
-brings is its *load*: its content words the conversation does not have, plus one for each new name ("Japan").
+and a new topic when it brings a subject of its own. What a turn brings is its *load*: its content words the
+conversation does not have, plus one for each new name ("Japan").
 
 - *Shared words* ground it: one topic word (in the query, or in the answer's opening words), or two words the answer
   says further on; a long turn must share about one content word in eight.
@@ -25,9 +25,9 @@ brings is its *load*: its content words the conversation does not have, plus one
   "the above code", "Are they free?", "caused by this?", "Do I have to?", "which is best?", "make it shorter",
   "translate it", "explain more simply", "in more detail", "what about ...", a turn that opens with "But" or "And".
   At most 3: "the first one", "step 2", "the code", "again", "instead", "... there?". At most 2: "it", "they",
-  "also", "another", "a faster way". At most 1: an edit verb ("Can you add comments?"), "should I", "I don't understand", or one word
-  from further in the answer. A pronoun after an opening sentence of the user's own ("I want to make games. Which
-  tools are there for that?") stands for that sentence, not for the answer.
+  "also", "another", "a faster way". At most 1: an edit verb ("Can you add comments?"), "should I", "I don't
+  understand", or one word from further in the answer. A pronoun after an opening sentence of the user's own ("I
+  want to make games. Which tools are there for that?") stands for that sentence, not for the answer.
 - *Generic requests* bring nothing ("Can you explain that more simply?", "Why?", "Thanks, can you give an example?"):
   they fit any answer and are follow-ups whatever the conversation. The rule for a short request after an unrelated
   conversation follows: only its generic form is a follow-up; with a subject of its own ("Can you explain quantum

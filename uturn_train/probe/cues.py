@@ -216,10 +216,11 @@ ABOUT_ASSISTANT = _phrases(
 # new topic even when it shares words with the answer, as the next problem of a worksheet does. "Another question" and
 # "one more question" are left out: users introduce follow-ups with them too.
 NEW_TASK = re.compile(
-    r"\W*(?:(?:ok|okay|thanks|thank you|great|cool|good|nice|alright|now|and)[,.!]?\s+)*(?:(?:here(?:'s| is) )?(?:the |a "
-    r"|my )?(?:next|new|different|unrelated|separate) (?:question|problem|one|task|exercise|topic)|(?:q|question|"
-    r"problem|exercise|task) ?#?\d+|(?:on )?(?:a|another) (?:different|unrelated|separate) (?:note|topic|subject)|"
-    r"chang(?:ing|e of) (?:the )?(?:subject|topic)|moving on|unrelated(?: question)?)\s*[:.!?,;-]"
+    r"\W*(?:(?:ok|okay|thanks|thank you|great|cool|good|nice|alright|now|and)[,.!]?\s+)*"
+    r"(?:(?:here(?:'s| is) )?(?:the |a |my )?(?:next|new|different|unrelated|separate) (?:question|problem|one|task|"
+    r"exercise|topic)|(?:q|question|problem|exercise|task) ?#?\d+|(?:on )?(?:a|another) (?:different|unrelated|"
+    r"separate) (?:note|topic|subject)|chang(?:ing|e of) (?:the )?(?:subject|topic)|moving on|unrelated(?: question)?)"
+    r"\s*[:.!?,;-]"
 )
 
 # A sentence that states a number ("A novel has 90 pages."): a turn with two of them before its question poses a

@@ -3,8 +3,8 @@
 After an answer, a user in a real chat log does one of three things: reacts to the answer (asks about a step or a
 number, pushes back, tries a variant with changed numbers, asks for a simpler explanation, or answers a question the
 assistant asked), says thanks, or moves on to a new problem, usually announced ("Next question: ..."). Each kind has
-many phrasings, so that a model trained on them learns a distribution of user turns rather than a few strings. Every reply is computed from the
-problem, so the assistant is always right, also when the user pushes back.
+many phrasings, so that a model trained on them learns a distribution of user turns rather than a few strings. Every
+reply is computed from the problem, so the assistant is always right, also when the user pushes back.
 """
 
 import random
