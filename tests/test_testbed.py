@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from uturn_train.testbed import build_testbed, testbed_dir
+from uturn_train import testbed
+from uturn_train.testbed import build_testbed
 from uturn_train.testbed import build as build_module
 from uturn_train.testbed.build import render
 from uturn_train.testbed.turns import conversation
@@ -134,7 +135,7 @@ def test_interrupted_build_leaves_nothing(tmp_path, monkeypatch):
 
 def test_testbed_dir_follows_uturn_home(tmp_path, monkeypatch):
     monkeypatch.setenv("UTURN_HOME", str(tmp_path))
-    assert testbed_dir() == tmp_path / "testbed"
+    assert testbed.testbed_dir() == tmp_path / "testbed"  # (not imported bare: pytest would collect it)
 
 
 @pytest.mark.slow
