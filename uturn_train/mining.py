@@ -30,7 +30,7 @@ import time
 from collections import Counter, defaultdict
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
-from itertools import islice
+from itertools import cycle, islice
 from pathlib import Path
 
 from .generation import generate
@@ -147,7 +147,7 @@ def _pairs(ex: Example, kind: str, prompt: str, chosen: list[tuple], rejected: l
     rejected = list(first.values())
     return [{"id": ex.id, "kind": kind, "prompt": prompt, "chosen": c[0], "rejected": r[0], "chosen_label": c[1],
              "rejected_label": r[1], "chosen_source": c[2], "rejected_source": r[2]}
-            for c, r in zip((chosen[i % len(chosen)] for i in range(len(rejected))), rejected)]
+            for c, r in zip(cycle(chosen), rejected)]
 
 
 def _source(row: dict) -> str:
