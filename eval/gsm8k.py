@@ -8,38 +8,38 @@ python eval/gsm8k.py --model ./my-ckpt --data ../shared/data/gsm8k/test.jsonl --
 Writes `OUT/results.json` (accuracy, accuracy_strict, accuracy_flexible) and `OUT/answers.jsonl`.
 """
 
-import argparse
 from dataclasses import dataclass, field
 
 from uturn_train.probe.job import ProbeScriptArguments
+from uturn_train.probe.settings import ProbeSettings
 
 
 @dataclass
 class Gsm8kScriptArguments(ProbeScriptArguments):
-    """`ProbeScriptArguments` with no user turns: only the greedy answers are generated and graded."""
-
-    temperatures: list[float] = field(default_factory=list, metadata={"help": "Leave empty: answers only."})
     out: str = field(default="uturn_gsm8k", metadata={"help": "Output directory."})
 
 
-def main(args: Gsm8kScriptArguments) -> dict:
+def main(args: Gsm8kScriptArguments, settings: ProbeSettings) -> dict:
+    from dataclasses import replace
+
     from uturn_train.probe.job import distributed_state, run_probe_job
+    from uturn_train.testbed import resolve
 
     if args.task not in ("gsm8k", "testbed"):
         raise ValueError(f"--task {args.task} has no gold answers; use gsm8k or testbed")
-    if args.setting != "self":
+    if settings.setting != "self":
         raise ValueError("GSM8K accuracy grades the model's own answers: use --setting self")
-    return run_probe_job(args, state=distributed_state())
+    state = distributed_state()
+    with state.main_process_first():  # one process builds the testbed if it is named and missing
+        resolve(args)
+    return run_probe_job(args, replace(settings, temperatures=[]), state=state)  # answers only, no user turns
 
 
-def make_parser(subparsers: argparse._SubParsersAction | None = None):
+def make_parser():
     from trl import TrlParser
 
-    if subparsers is not None:
-        return subparsers.add_parser("gsm8k", help="GSM8K accuracy", dataclass_types=Gsm8kScriptArguments)
-    return TrlParser(Gsm8kScriptArguments)
+    return TrlParser((Gsm8kScriptArguments, ProbeSettings))
 
 
 if __name__ == "__main__":
-    (args,) = make_parser().parse_args_and_config()
-    main(args)
+    main(*make_parser().parse_args_and_config())

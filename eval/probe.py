@@ -17,25 +17,25 @@ python eval/probe.py --config my_probe.yaml --limit 50
 ```
 """
 
-import argparse
-
 from uturn_train.probe.job import ProbeScriptArguments
+from uturn_train.probe.settings import ProbeSettings
 
 
-def main(args: ProbeScriptArguments) -> dict:
+def main(args: ProbeScriptArguments, settings: ProbeSettings) -> dict:
     from uturn_train.probe.job import distributed_state, run_probe_job
+    from uturn_train.testbed import resolve
 
-    return run_probe_job(args, state=distributed_state())
+    state = distributed_state()
+    with state.main_process_first():  # one process builds the testbed if it is named and missing
+        resolve(args)
+    return run_probe_job(args, settings, state=state)
 
 
-def make_parser(subparsers: argparse._SubParsersAction | None = None):
+def make_parser():
     from trl import TrlParser
 
-    if subparsers is not None:
-        return subparsers.add_parser("probe", help="User-turn probe", dataclass_types=ProbeScriptArguments)
-    return TrlParser(ProbeScriptArguments)
+    return TrlParser((ProbeScriptArguments, ProbeSettings))
 
 
 if __name__ == "__main__":
-    (args,) = make_parser().parse_args_and_config()
-    main(args)
+    main(*make_parser().parse_args_and_config())

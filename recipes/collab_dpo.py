@@ -2,12 +2,19 @@
 
 Without `--dataset_name`, the script first mines pairs with the model itself (`uturn_train/mining.py`: it answers,
 samples user turns, the classifier picks a follow-up as chosen and an identity drift / repetition / new topic / empty /
-degenerate turn as rejected, plus accuracy anchors) and saves them to `output_dir/pairs`. Then DPO, probing at step 0
-and at every save; at the end a table of the probe history and `output_dir/probe_history.png`.
+degenerate turn as rejected, plus accuracy anchors) and saves them to `output_dir/pairs`; a resumed run reuses them.
+Then DPO, probing at step 0 and at every save; at the end a table of the probe history and
+`output_dir/probe_history.png`.
 
 # The main job: the testbed on a CPU (builds the testbed first if it is missing)
 ```bash
 accelerate launch --config_file accelerate_configs/cpu.yaml recipes/collab_dpo.py --config recipes/testbed/collab_dpo.yaml
+```
+
+# Resume after a crash (the pairs in output_dir/pairs are reused, the lost probe of the checkpoint is redone)
+```bash
+accelerate launch --config_file accelerate_configs/cpu.yaml recipes/collab_dpo.py --config recipes/testbed/collab_dpo.yaml \\
+    --resume_from_checkpoint outputs/testbed-collab-dpo/checkpoint-40
 ```
 
 # Qwen3.5-2B with LoRA: one GPU, DDP, DeepSpeed ZeRO-3
@@ -24,37 +31,39 @@ accelerate launch --config_file accelerate_configs/single_gpu.yaml recipes/colla
 ```
 """
 
-import argparse
-
 
 def main(script_args, training_args, model_args, probe_args, mining_args):
     from pathlib import Path
 
-    import transformers
     from datasets import Dataset, load_dataset
-    from packaging.version import Version
     from transformers.integrations import is_deepspeed_zero3_enabled
     from trl import DPOTrainer
 
     from uturn_train import UserTurnProbeCallback
-    from uturn_train.mining import load_pairs, mine_pairs, mining_examples, save_pairs
-    from uturn_train.training import (
-        load_model_and_tokenizer,
-        lora_config,
-        report_probe_history,
-        wandb_offline_unless_logged_in,
-    )
+    from uturn_train.mining import load_pairs, mine_pairs, mining_examples, resumable_pairs, save_pairs
+    from uturn_train.models import load_model, load_tokenizer, lora_config
+    from uturn_train.probe.history import report_probe_history
+    from uturn_train.testbed import resolve
+    from uturn_train.tracking import wandb_offline_unless_logged_in
 
     wandb_offline_unless_logged_in(training_args.report_to)
-    model, tokenizer = load_model_and_tokenizer(model_args, training_args)
+    name = model_args.model_name_or_path
+    with training_args.main_process_first(desc="resolving `testbed`"):  # one process builds it if it is missing
+        resolve(model_args, probe_args, mining_args)
+    tokenizer = load_tokenizer(model_args.model_name_or_path, revision=model_args.model_revision)
+    model = load_model(model_args.model_name_or_path, model_args.dtype, revision=model_args.model_revision,
+                       attn_implementation=model_args.attn_implementation)
     callback = UserTurnProbeCallback(probe_args, tokenizer)  # bad probe options fail here, before mining
 
+    mined_dir = Path(training_args.output_dir) / "pairs"
     if script_args.dataset_name:
         if Path(script_args.dataset_name).exists():  # a folder written by `uturn mine`
             pairs = load_pairs(script_args.dataset_name)
         else:  # a hub preference data set
             pairs = load_dataset(script_args.dataset_name, name=script_args.dataset_config,
                                  split=script_args.dataset_train_split)
+    elif training_args.resume_from_checkpoint and (pairs := resumable_pairs(mined_dir, name, mining_args)):
+        print(f"resuming: reusing the {len(pairs)} pairs mined before in {mined_dir} (its mining card matches)")
     else:
         examples = mining_examples(mining_args)
         state = training_args.distributed_state if training_args.world_size > 1 else None
@@ -62,8 +71,7 @@ def main(script_args, training_args, model_args, probe_args, mining_args):
             model.to(training_args.device)
         mined, card = mine_pairs(model, tokenizer, examples, mining_args, state=state)
         if training_args.process_index == 0:
-            card = {"model": model_args.model_name_or_path, **card}
-            out = save_pairs(mined, card, Path(training_args.output_dir) / "pairs")
+            out = save_pairs(mined, {"model": name, **card}, mined_dir)
             print(f"mined {card['n_pairs']} pairs {card['kind']} from {card['n_prompts']} prompts in "
                   f"{card['seconds']:.0f} s -> {out}")
         pairs = Dataset.from_list(mined)  # every rank holds the same gathered pairs
@@ -73,21 +81,17 @@ def main(script_args, training_args, model_args, probe_args, mining_args):
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model(training_args.output_dir)
     if trainer.accelerator.is_main_process:
-        report_probe_history(training_args.output_dir, title=f"{model_args.model_name_or_path} · collab DPO")
-    if Version(transformers.__version__) >= Version("5.18.0"):
-        trainer.end()
+        report_probe_history(training_args.output_dir, title=f"{name} · collab DPO")
+    trainer.end()
 
 
-def make_parser(subparsers: argparse._SubParsersAction | None = None, prog: str | None = None):
+def make_parser():
     from trl import DPOConfig, ModelConfig, ScriptArguments, TrlParser
 
     from uturn_train import ProbeArguments
     from uturn_train.mining import MiningArguments
 
-    dataclass_types = (ScriptArguments, DPOConfig, ModelConfig, ProbeArguments, MiningArguments)
-    if subparsers is not None:
-        return subparsers.add_parser("collab_dpo", help="Collaboration DPO", dataclass_types=dataclass_types)
-    return TrlParser(dataclass_types, prog=prog)
+    return TrlParser((ScriptArguments, DPOConfig, ModelConfig, ProbeArguments, MiningArguments))
 
 
 if __name__ == "__main__":

@@ -24,41 +24,39 @@ accelerate launch --config_file accelerate_configs/single_gpu.yaml recipes/colla
 ```
 """
 
-import argparse
-
 
 def main(script_args, training_args, model_args, probe_args, data_args):
     from pathlib import Path
 
-    import transformers
     from datasets import load_dataset, load_from_disk
-    from packaging.version import Version
     from trl import SFTTrainer
 
     from uturn_train import UserTurnProbeCallback
     from uturn_train.data import apply_loss_scope, check_messages, load_conversations, sft_dataset
-    from uturn_train.training import (
-        load_model_and_tokenizer,
-        lora_config,
-        report_probe_history,
-        wandb_offline_unless_logged_in,
-    )
+    from uturn_train.models import load_model, load_tokenizer, lora_config
+    from uturn_train.probe.history import report_probe_history
+    from uturn_train.testbed import resolve
+    from uturn_train.tracking import wandb_offline_unless_logged_in
 
     apply_loss_scope(training_args, data_args.loss_scope)
     wandb_offline_unless_logged_in(training_args.report_to)
-    model, tokenizer = load_model_and_tokenizer(model_args, training_args)
+    name = model_args.model_name_or_path
+    with training_args.main_process_first(desc="resolving `testbed`"):  # one process builds it if it is missing
+        resolve(model_args, probe_args, data_args)
+    tokenizer = load_tokenizer(model_args.model_name_or_path, revision=model_args.model_revision)
+    model = load_model(model_args.model_name_or_path, model_args.dtype, revision=model_args.model_revision,
+                       attn_implementation=model_args.attn_implementation)
     callback = UserTurnProbeCallback(probe_args, tokenizer)  # bad probe options fail here, before training
 
     if script_args.dataset_name:
-        name = script_args.dataset_name
-        rows = (load_from_disk(name) if Path(name, "dataset_info.json").exists() else
-                load_dataset(name, name=script_args.dataset_config, split=script_args.dataset_train_split))
+        dataset_name = script_args.dataset_name
+        rows = (load_from_disk(dataset_name) if Path(dataset_name, "dataset_info.json").exists() else
+                load_dataset(dataset_name, name=script_args.dataset_config, split=script_args.dataset_train_split))
         if "messages" not in rows.column_names:
-            raise ValueError(f"--dataset_name {name}: no `messages` column (columns: {rows.column_names})")
-        conversations = [check_messages(m, f"{name} row {i}") for i, m in enumerate(rows["messages"])]
+            raise ValueError(f"--dataset_name {dataset_name}: no `messages` column (columns: {rows.column_names})")
+        conversations = [check_messages(m, f"{dataset_name} row {i}") for i, m in enumerate(rows["messages"])]
     else:
-        with training_args.main_process_first(desc="loading conversations"):
-            conversations = load_conversations(data_args)
+        conversations = load_conversations(data_args)
     dataset = sft_dataset(conversations, tokenizer, data_args.loss_scope)
 
     trainer = SFTTrainer(model=model, args=training_args, train_dataset=dataset, processing_class=tokenizer,
@@ -66,22 +64,17 @@ def main(script_args, training_args, model_args, probe_args, data_args):
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model(training_args.output_dir)
     if trainer.accelerator.is_main_process:
-        report_probe_history(training_args.output_dir,
-                             title=f"{model_args.model_name_or_path} · collab SFT ({data_args.loss_scope})")
-    if Version(transformers.__version__) >= Version("5.18.0"):
-        trainer.end()
+        report_probe_history(training_args.output_dir, title=f"{name} · collab SFT ({data_args.loss_scope})")
+    trainer.end()
 
 
-def make_parser(subparsers: argparse._SubParsersAction | None = None, prog: str | None = None):
+def make_parser():
     from trl import ModelConfig, ScriptArguments, SFTConfig, TrlParser
 
     from uturn_train import ProbeArguments
     from uturn_train.data import CollabDataArguments
 
-    dataclass_types = (ScriptArguments, SFTConfig, ModelConfig, ProbeArguments, CollabDataArguments)
-    if subparsers is not None:
-        return subparsers.add_parser("collab_sft", help="Collaboration SFT", dataclass_types=dataclass_types)
-    return TrlParser(dataclass_types, prog=prog)
+    return TrlParser((ScriptArguments, SFTConfig, ModelConfig, ProbeArguments, CollabDataArguments))
 
 
 if __name__ == "__main__":

@@ -16,12 +16,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
-def gsm8k_file(shared_data):
-    return shared_data / "gsm8k" / "test.jsonl"
+def gsm8k_file():
+    # Hand-written GSM8K-format problems: the callback suite runs on a clean clone, without ../shared/data.
+    return Path(__file__).parent / "fixtures" / "arithmetic.jsonl"
 
 
 def _history(out):
-    return [json.loads(l) for l in (Path(out) / "probe_history.jsonl").read_text().splitlines()]
+    return [json.loads(line) for line in (Path(out) / "probe_history.jsonl").read_text().splitlines()]
 
 
 def _losses(trainer):
@@ -37,11 +38,12 @@ def test_probe_scalars_files_and_no_perturbation(tiny_qwen_dir, gsm8k_file, tmp_
         for key in ("probe/followup_rate/T1.0", "probe/followup_rate/T0.0/ci_low", "probe/followup_rate/T1.0/ci_high",
                     "probe/identity_drift_share/T1.0", "probe/empty_share/T0.0", "gsm8k/accuracy", "probe/seconds"):
             assert key in h, key
-        assert h["probe/followup_rate/T0.0/ci_low"] <= h["probe/followup_rate/T0.0"] <= h["probe/followup_rate/T0.0/ci_high"]
+        rate = "probe/followup_rate/T0.0"
+        assert h[f"{rate}/ci_low"] <= h[rate] <= h[f"{rate}/ci_high"]
     history = _history(tmp_path / "with")
     assert [r["step"] for r in history] == [0, 2, 4] and all(r["error"] is None for r in history)
     assert [s["n"] for s in history[0]["settings"]] == [5, 10]  # 5 prompts: 1 greedy turn, 2 samples at T=1
-    rows = [json.loads(l) for l in (tmp_path / "with" / "probe" / "step_2.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in (tmp_path / "with" / "probe" / "step_2.jsonl").read_text().splitlines()]
     assert len(rows) == 15 and {"id", "temperature", "sample_index", "user_prompt", "user_turn", "label",
                                 "finish_reason", "answer_correct"} <= set(rows[0])
     # The probe must not perturb training: same losses as a run without it, model back in train mode.
@@ -104,7 +106,6 @@ def test_bad_configuration_fails_at_construction(tiny_qwen_dir, tmp_path):
 
 def test_wandb_offline_records_probe_scalars(tiny_qwen_dir, gsm8k_file, tmp_path, monkeypatch):
     import wandb
-
     from wandb_records import history_rows
 
     wandb.teardown()  # wandb caches its settings (the run folder) per process: earlier tests' runs must not leak in
@@ -132,7 +133,8 @@ def test_wandb_offline_records_probe_scalars(tiny_qwen_dir, gsm8k_file, tmp_path
         h = expected[step]
         for key in ("probe/followup_rate/T0.0", "probe/followup_rate/T1.0", "gsm8k/accuracy"):
             assert probed[step][f"train/{key}"] == h[key], (step, key)
-    tables = [r for r in rows if "probe/samples/nrows" in r]  # the incremental samples table: one increment of 15 rows a probe
+    # The incremental samples table: one increment of 15 rows a probe.
+    tables = [r for r in rows if "probe/samples/nrows" in r]
     assert [(t["probe/samples/nrows"], t["probe/samples/increment_num"]) for t in tables][:1] == [(15, 0)]
 
 
@@ -145,7 +147,7 @@ def _launch(args, out, model_dir, data, timeout=900):
 
 
 def _greedy(out, step):
-    rows = [json.loads(l) for l in (Path(out) / "probe" / f"step_{step}.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in (Path(out) / "probe" / f"step_{step}.jsonl").read_text().splitlines()]
     return [(r["id"], r["answer"], r["user_turn"], r["label"]) for r in rows if r["temperature"] == 0.0]
 
 

@@ -1,11 +1,10 @@
 """User-turn prompts and stop strings from real chat templates (tiny tokenizers trained offline, see tests/tiny.py)."""
 
 import pytest
+import tiny
 from transformers import AutoTokenizer
 
-import tiny
 from uturn_train.chat import ChatTemplateError, answer_prompt, stop_strings, user_turn_prompt
-
 
 THINKING_ANSWER = "<think>\nAdd them.\n</think>\n\n2 + 2 = 4."
 CONVERSATION = [{"role": "user", "content": "What is 2 + 2?"}, {"role": "assistant", "content": THINKING_ANSWER}]

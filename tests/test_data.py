@@ -25,7 +25,7 @@ CONVERSATION = [
 
 def _loss_texts(tokenizer, dataset):
     """The text of the tokens that are in the loss, per processed row."""
-    return [tokenizer.decode([t for t, l in zip(row["input_ids"], row["labels"]) if l != -100])
+    return [tokenizer.decode([t for t, label in zip(row["input_ids"], row["labels"]) if label != -100])
             for row in dataset]
 
 

@@ -3,10 +3,10 @@
 import re
 
 import pytest
+import tiny
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
-import tiny
 from uturn_train.chat import user_turn_prompt
 from uturn_train.generation import generate
 

@@ -134,8 +134,10 @@ def test_no_pairs_is_a_clear_error(tiny, conversations_file):
 def test_bad_options_and_data(tmp_path):
     with pytest.raises(ValueError, match="mine_source 'gsm9k' is not one of"):
         MiningArguments(mine_source="gsm9k")
-    with pytest.raises(ValueError, match="mine_temperature must be > 0"):
-        MiningArguments(mine_temperature=0)
+    with pytest.raises(ValueError, match="samples must be >= 1"):
+        MiningArguments(mine_samples=0)
+    with pytest.raises(ValueError, match="temperatures must be >= 0"):
+        MiningArguments(mine_temperatures=[0.0, -1.0])
     with pytest.raises(ValueError, match="does not exist"):
         mining_examples(_args(tmp_path / "missing.jsonl"))
     with pytest.raises(ValueError, match="not a data set saved with `save_to_disk`"):

@@ -2,6 +2,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -9,24 +10,31 @@ import pytest
 from uturn_train.cli import main as cli
 from uturn_train.probe.classify import LABELS
 from uturn_train.probe.runner import run_probe
+from uturn_train.probe.settings import ProbeSettings
 from uturn_train.tasks import load_task
 
 ROOT = Path(__file__).resolve().parents[1]
-SMALL = ["--limit", "4", "--samples", "2", "--max_new_tokens", "8", "--answer_max_new_tokens", "12", "--batch_size", "4"]
+SMALL = ["--limit", "4", "--samples", "2", "--max_new_tokens", "8", "--answer_max_new_tokens", "12",
+         "--batch_size", "4"]
+
+
+def load(model_dir):
+    from uturn_train.models import load_model, load_tokenizer
+
+    return load_model(str(model_dir), device="cpu"), load_tokenizer(str(model_dir))
 
 
 @pytest.fixture(scope="module")
 def tiny(tiny_qwen_dir):
-    from uturn_train.models import load_model_and_tokenizer
-
-    return load_model_and_tokenizer(str(tiny_qwen_dir))
+    return load(tiny_qwen_dir)
 
 
 def test_self_setting_answers_then_user_turns(tiny, shared_data):
     model, tokenizer = tiny
     examples = load_task("gsm8k", str(shared_data / "gsm8k" / "test.jsonl"), limit=4)
-    run = run_probe(model, tokenizer, examples, temperatures=[0.0, 1.0], samples=3, max_new_tokens=8,
-                    answer_max_new_tokens=12, batch_size=3)
+    settings = ProbeSettings(temperatures=[0.0, 1.0], samples=3, max_new_tokens=8, answer_max_new_tokens=12,
+                             batch_size=3)
+    run = run_probe(model, tokenizer, examples, settings)
     assert [s["n"] for s in run.summary["settings"]] == [4, 12]
     assert [s["samples"] for s in run.summary["settings"]] == [1, 3]
     assert len(run.rows) == 16 and {r["label"] for r in run.rows} <= set(LABELS)
@@ -38,31 +46,28 @@ def test_self_setting_answers_then_user_turns(tiny, shared_data):
         assert r["finish_reason"] in ("stop", "length") and isinstance(r["answer_correct"], bool)
     assert run.summary["accuracy"] == sum(a["answer_correct"] for a in run.answers) / 4
     # Same seed, same numbers; greedy rows do not depend on the sampling seed.
-    again = run_probe(model, tokenizer, examples, temperatures=[0.0, 1.0], samples=3, max_new_tokens=8,
-                      answer_max_new_tokens=12, batch_size=3)
+    again = run_probe(model, tokenizer, examples, settings)
     assert [r["user_turn"] for r in again.rows] == [r["user_turn"] for r in run.rows]
-    other = run_probe(model, tokenizer, examples, temperatures=[0.0], max_new_tokens=8, answer_max_new_tokens=12,
-                      batch_size=2, seed=7)
+    other = run_probe(model, tokenizer, examples, replace(settings, temperatures=[0.0], batch_size=2, seed=7))
     assert [r["user_turn"] for r in other.rows] == [r["user_turn"] for r in run.rows if r["temperature"] == 0.0]
 
 
 def test_heldout_uses_the_real_answer(tiny, shared_data):
     model, tokenizer = tiny
     examples = load_task("oasst", str(shared_data / "oasst" / "en_100_tree.jsonl"), limit=3)
-    run = run_probe(model, tokenizer, examples, setting="heldout", temperatures=[0.0], max_new_tokens=6)
+    run = run_probe(model, tokenizer, examples, ProbeSettings(setting="heldout", temperatures=[0.0], max_new_tokens=6))
     assert [r["answer"] for r in run.rows] == [e.answer for e in examples]
     assert run.summary["accuracy"] is None and all(r["answer_prompt"] is None for r in run.rows)
     ifeval = load_task("ifeval", str(shared_data / "ifeval" / "input_data.jsonl"), limit=2)
     with pytest.raises(ValueError, match="heldout setting needs a real assistant answer.*--setting self"):
-        run_probe(model, tokenizer, ifeval, setting="heldout")
+        run_probe(model, tokenizer, ifeval, ProbeSettings(setting="heldout"))
 
 
 def test_llama_template_model(tiny_llama_dir, shared_data):
-    from uturn_train.models import load_model_and_tokenizer
-
-    model, tokenizer = load_model_and_tokenizer(str(tiny_llama_dir))
+    model, tokenizer = load(tiny_llama_dir)
     examples = load_task("mtbench", str(shared_data / "mt_bench" / "question.jsonl"), limit=2)
-    run = run_probe(model, tokenizer, examples, temperatures=[0.0], max_new_tokens=6, answer_max_new_tokens=6)
+    run = run_probe(model, tokenizer, examples, ProbeSettings(temperatures=[0.0], max_new_tokens=6,
+                                                              answer_max_new_tokens=6))
     assert all(r["user_prompt"].endswith("<|eot_id|><|start_header_id|>user<|end_header_id|>\n\n") for r in run.rows)
 
 
@@ -85,7 +90,7 @@ def test_cli_probe_writes_results_samples_and_plot(tiny_qwen_dir, shared_data, t
     for s in results["settings"]:
         assert set(s) == {"temperature", "samples", "followup_rate", "ci95", "n", "categories"}
         assert set(s["categories"]) == set(LABELS)
-    rows = [json.loads(l) for l in (out / "samples.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     assert len(rows) == 4 + 8 + 8
     assert {"id", "temperature", "sample_index", "query", "answer", "answer_prompt", "answer_correct", "user_prompt",
             "user_turn", "label", "reason", "finish_reason"} <= set(rows[0])
@@ -138,7 +143,7 @@ def test_cli_classify_roundtrip_and_bad_row(tmp_path, capsys):
     src, dst = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     src.write_text("".join(json.dumps(r) + "\n" for r in rows))
     cli(["classify", "--input", str(src), "--output", str(dst)])
-    labelled = [json.loads(l) for l in dst.read_text().splitlines()]
+    labelled = [json.loads(line) for line in dst.read_text().splitlines()]
     assert [r["label"] for r in labelled] == ["followup", "empty"] and all(r["reason"] for r in labelled)
     src.write_text(json.dumps(rows[0]) + "\n" + json.dumps({"query": "q", "answer": "a"}) + "\n")
     dst.unlink()

@@ -57,7 +57,7 @@ def mining_overrides(data) -> list[str]:
 
 
 def history(out) -> list[dict]:
-    return [json.loads(l) for l in (Path(out) / "probe_history.jsonl").read_text().splitlines()]
+    return [json.loads(line) for line in (Path(out) / "probe_history.jsonl").read_text().splitlines()]
 
 
 def adapter_modules(out) -> set[str]:
@@ -70,7 +70,7 @@ def adapter_modules(out) -> set[str]:
 def test_lora_targets_cover_qwen35_and_never_the_vision_tower(tiny_vl_dir):
     from transformers import Qwen3_5ForConditionalGeneration
 
-    from uturn_train.training import QWEN3_5_LORA_TARGETS
+    from uturn_train.models import QWEN3_5_LORA_TARGETS
 
     names = [n for n, _ in Qwen3_5ForConditionalGeneration.from_pretrained(tiny_vl_dir).named_modules()]
     assert any(".visual." in n or n.startswith("model.visual") for n in names)
@@ -97,11 +97,9 @@ def test_collab_sft_from_a_vision_language_checkpoint(tiny_vl_dir, data, tmp_pat
 
 
 def test_collab_dpo_mines_trains_and_goes_offline(tiny_qwen_dir, data, tmp_path, monkeypatch):
-    from safetensors.torch import load_file
-
-    from wandb_records import history_rows
-
     import wandb
+    from safetensors.torch import load_file
+    from wandb_records import history_rows
 
     wandb.teardown()  # wandb caches its settings (the run folder) per process: earlier tests' runs must not leak in
     # Not logged in to W&B (no key, no ~/.netrc): the recipe must switch to offline instead of hanging.
@@ -152,3 +150,36 @@ def test_collab_dpo_two_processes(launcher, tiny_qwen_dir, data, tmp_path):
     assert len(keys) == len(set(keys)) and 1 <= len({i for i, _ in keys}) <= 5
     assert [r["step"] for r in history(out)] == [0, 2, 4]  # one record per probed step: only rank 0 writes
     assert {"self_attn.q_proj", "linear_attn.in_proj_qkv", "mlp.down_proj"} <= adapter_modules(out)
+
+
+@pytest.mark.slow
+def test_a_crash_between_a_save_and_its_probe_is_made_good_on_resume(tiny_qwen_dir, data, tmp_path):
+    """SIGKILL a real collab DPO run while it probes checkpoint-2, resume from it: checkpoint-2 is probed then, every
+    checkpoint has exactly one record, and the resumed run trains on the pairs mined before instead of mining again."""
+    import signal
+    import time
+
+    out = tmp_path / "dpo"
+    # Longer user turns than `overrides` so that the probe after the save takes seconds: time to kill it.
+    args = ["--config", str(ROOT / "recipes" / "testbed" / "collab_dpo.yaml"), *overrides(tiny_qwen_dir, data, out),
+            *mining_overrides(data), "--probe_max_new_tokens", "96", "--probe_limit", "6"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, str(ROOT / "recipes" / "collab_dpo.py"), *args]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    saved = out / "checkpoint-2" / "trainer_state.json"  # written last by the save; the probe follows it
+    deadline = time.monotonic() + 600
+    while not saved.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert saved.exists(), proc.stderr.read().decode()[-3000:]
+    assert [r["step"] for r in history(out)] == [0], "killed before the probe of checkpoint-2 was recorded"
+    mined = (out / "pairs" / "mining_card.json").stat().st_mtime_ns
+
+    resumed = subprocess.run([*cmd, "--resume_from_checkpoint", str(out / "checkpoint-2")], cwd=ROOT, env=env,
+                             capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-4000:]
+    assert [r["step"] for r in history(out)] == [0, 2, 4]
+    assert all(r["error"] is None for r in history(out))
+    assert "reusing the" in resumed.stdout and (out / "pairs" / "mining_card.json").stat().st_mtime_ns == mined
+    assert "probing the restored checkpoint of step 2" in resumed.stderr

@@ -20,49 +20,44 @@ from transformers import Trainer, TrainerCallback
 
 from .io import write_jsonl
 from .probe.classify import LABELS
+from .probe.history import HISTORY, read_probe_history
+from .probe.settings import prefixed
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass
-class ProbeArguments:
-    """Probe settings; every field starts with `probe_` so TrlParser can combine them with TRL's configs.
+class ProbeArguments(prefixed("probe_")):
+    """What the callback probes and when; the `probe_*` decoding fields are [`ProbeSettings`]'s, prefixed so that
+    TrlParser can combine them with TRL's configs.
 
     Args:
         probe_task (`str`, *optional*, defaults to `"gsm8k"`): gsm8k, ifeval, ifbench, mtbench, oasst or testbed.
         probe_data (`str`, *optional*): local jsonl path or hub data set name; defaults to the task's hub data set.
         probe_limit (`int`, *optional*, defaults to `64`): prompts per probe; each costs one answer plus
             `1 + probe_samples` user turns per sampled temperature, so this sets the probe's share of wall time.
-        probe_temperatures (`list[float]`, *optional*, defaults to `[0.0, 1.0]`): 0 = greedy.
     """
 
-    probe_task: str = field(default="gsm8k", metadata={"help": "Probe task: gsm8k, ifeval, ifbench, mtbench, oasst, testbed."})
+    probe_task: str = field(default="gsm8k", metadata={"help": "gsm8k, ifeval, ifbench, mtbench, oasst or testbed."})
     probe_data: str | None = field(default=None, metadata={"help": "Probe data: local jsonl or hub name."})
     probe_limit: int | None = field(default=64, metadata={"help": "Prompts per probe."})
-    probe_setting: str = field(default="self", metadata={"help": "self (model answers first) or heldout."})
-    probe_temperatures: list[float] = field(default_factory=lambda: [0.0, 1.0], metadata={"help": "0 = greedy."})
-    probe_samples: int = field(default=4, metadata={"help": "User turns per prompt at each temperature > 0."})
-    probe_max_new_tokens: int = field(default=256, metadata={"help": "Token limit of a user turn."})
-    probe_answer_max_new_tokens: int = field(default=512, metadata={"help": "Token limit of an answer."})
-    probe_batch_size: int = field(default=16, metadata={"help": "Prompts per generate call."})
-    probe_enable_thinking: bool = field(default=False, metadata={"help": "Render prompts with thinking on."})
     probe_at_start: bool = field(default=True, metadata={"help": "Probe the untrained model at step 0."})
     probe_on_save: bool = field(default=True, metadata={"help": "Probe at every checkpoint save."})
     probe_on_evaluate: bool = field(default=False, metadata={"help": "Probe at every evaluation too."})
     probe_fail_on_error: bool = field(default=False, metadata={"help": "Re-raise an error inside the probe."})
-    probe_seed: int = field(default=0, metadata={"help": "Sampling seed."})
 
 
-def _find_trainer(callback) -> Trainer:
-    # Callback events receive the model and tokenizer but not the trainer, whose `log` (so W&B and log_history see
-    # the scalars), accelerator and wrapped model we need; the trainer running this event is up the call stack.
+def _calling_trainer(callback) -> Trainer:
+    """The trainer whose event is running: callback events receive the model and tokenizer but not the trainer, whose
+    `log`, accelerator and wrapped model the probe needs. Only for `callbacks=[...]`; pass `trainer=` to avoid it."""
     frame = inspect.currentframe()
     while frame is not None:
         obj = frame.f_locals.get("self")
         if isinstance(obj, Trainer) and callback in obj.callback_handler.callbacks:
             return obj
         frame = frame.f_back
-    raise RuntimeError("UserTurnProbeCallback must be passed to a transformers Trainer (callbacks=[...])")
+    raise RuntimeError("UserTurnProbeCallback must be passed to a transformers Trainer (callbacks=[...]), or given "
+                       "`trainer=` and added with `trainer.add_callback(...)`")
 
 
 class _PreservedState:
@@ -99,41 +94,49 @@ class UserTurnProbeCallback(TrainerCallback):
     `<task>/accuracy`, `probe/seconds` through the trainer's logging; a W&B table of samples;
     `output_dir/probe_history.jsonl` (one record per step) and `output_dir/probe/step_<N>.jsonl` (the samples).
 
+    Either form works:
+
+        trainer = DPOTrainer(..., callbacks=[UserTurnProbeCallback(probe_args, tokenizer)])
+        # or, as TRL's LogCompletionsCallback:
+        trainer.add_callback(UserTurnProbeCallback(probe_args, tokenizer, trainer=trainer))
+
     Args:
         probe_args ([`ProbeArguments`]): what and how to probe. Bad data or options fail here, before training.
         tokenizer: the model's tokenizer (with its chat template).
+        trainer ([`~transformers.Trainer`], *optional*): the trainer; without it, the callback finds the trainer that
+            runs its first event.
     """
 
-    def __init__(self, probe_args: ProbeArguments, tokenizer):
+    def __init__(self, probe_args: ProbeArguments, tokenizer, trainer: Trainer | None = None):
         from .probe.runner import check_setting
         from .tasks import load_task
 
         if not tokenizer.chat_template:
             raise ValueError("UserTurnProbeCallback: the tokenizer has no chat template; the probe needs one")
-        if probe_args.probe_samples < 1 or any(t < 0 for t in probe_args.probe_temperatures):
-            raise ValueError("UserTurnProbeCallback: probe_samples must be >= 1 and probe_temperatures >= 0")
-        self.args, self.tokenizer = probe_args, tokenizer
+        self.args, self.tokenizer, self.settings = probe_args, tokenizer, probe_args.settings()
         self.examples = load_task(probe_args.probe_task, data=probe_args.probe_data, limit=probe_args.probe_limit)
-        check_setting(probe_args.probe_setting, self.examples, task=probe_args.probe_task)
-        self.trainer = None
+        check_setting(self.settings.setting, self.examples, task=probe_args.probe_task)
+        self.trainer = trainer
         self.probed_steps: set[int] = set()
         self.errors = 0
         self._table = None
 
     # --- events ---------------------------------------------------------------------------------------------
     def on_train_begin(self, args, state, control, **kwargs):
-        self.trainer = _find_trainer(self)
-        history = Path(args.output_dir) / "probe_history.jsonl"
-        if history.exists():
-            # Resumed run: keep records up to the restored step; later ones belong to the abandoned tail and will be
-            # probed again, so the file keeps exactly one record per probed step. Every rank reads it, so all skip
-            # the same steps (the probe is a collective).
-            records = [json.loads(line) for line in history.read_text().splitlines() if line.strip()]
-            records = [r for r in records if r["step"] <= state.global_step]
-            self.probed_steps.update(r["step"] for r in records)
-            if state.is_world_process_zero:
-                write_jsonl(history, records)
+        self.trainer = self.trainer or _calling_trainer(self)
+        # A resumed run keeps the records up to the restored step; later ones belong to the abandoned tail and are
+        # probed again, so the file holds exactly one record per probed step. A fresh run (step 0) starts over. Every
+        # rank reads the same file, so all make the same decisions (the probe is a collective).
+        resumed = state.global_step > 0
+        records = [r for r in read_probe_history(args.output_dir) if resumed and r["step"] <= state.global_step]
+        self.probed_steps.update(r["step"] for r in records)
+        if state.is_world_process_zero and (Path(args.output_dir) / HISTORY).exists():
+            write_jsonl(Path(args.output_dir) / HISTORY, records)
         if state.global_step == 0 and self.args.probe_at_start:
+            self._probe(args, state)
+        elif resumed and self.args.probe_on_save and state.global_step not in self.probed_steps:
+            # The restored checkpoint was saved but its probe was lost (a crash between the save and the record).
+            logger.warning("probing the restored checkpoint of step %d: its probe record is missing", state.global_step)
             self._probe(args, state)
 
     def on_save(self, args, state, control, **kwargs):
@@ -151,8 +154,7 @@ class UserTurnProbeCallback(TrainerCallback):
         from .probe.runner import run_probe
 
         step = state.global_step
-        if self.trainer is None:
-            self.trainer = _find_trainer(self)
+        self.trainer = self.trainer or _calling_trainer(self)
         if step in self.probed_steps:
             return
         self.probed_steps.add(step)
@@ -165,11 +167,7 @@ class UserTurnProbeCallback(TrainerCallback):
                 trainer.model_wrapped, trainer.accelerator,
                 gradient_checkpointing_kwargs=args.gradient_checkpointing_kwargs,
             ) as unwrapped:
-                run = run_probe(unwrapped, self.tokenizer, self.examples, setting=a.probe_setting,
-                                temperatures=a.probe_temperatures, samples=a.probe_samples,
-                                max_new_tokens=a.probe_max_new_tokens,
-                                answer_max_new_tokens=a.probe_answer_max_new_tokens, batch_size=a.probe_batch_size,
-                                seed=a.probe_seed, enable_thinking=a.probe_enable_thinking,
+                run = run_probe(unwrapped, self.tokenizer, self.examples, self.settings,
                                 state=trainer.accelerator.state, disable_progress=True)
         except Exception as e:  # noqa: BLE001 - isolation is the point: training goes on unless asked otherwise
             self._restore_after_error(trainer, model, was_checkpointing, args)
@@ -185,7 +183,7 @@ class UserTurnProbeCallback(TrainerCallback):
     @staticmethod
     def _restore_after_error(trainer, model, was_checkpointing, args):
         # TRL's unwrap context has no try/finally: an error inside it skips re-enabling gradient checkpointing and,
-        # under ZeRO-3, re-adding the parameter hooks.
+        # under ZeRO-3, re-adding the parameter hooks (huggingface/trl#6659).
         from trl.distributed import DistributedBackend
         from trl.models.utils import add_hooks
 
@@ -220,8 +218,7 @@ class UserTurnProbeCallback(TrainerCallback):
             (out / "probe").mkdir(exist_ok=True)
             write_jsonl(out / "probe" / f"step_{step}.jsonl", run.rows)
             self._log_table(args, step, run.rows)
-        history = out / "probe_history.jsonl"
-        with open(history, "a", encoding="utf-8") as f:
+        with open(out / HISTORY, "a", encoding="utf-8") as f:
             f.write(json.dumps(record) + "\n")
 
     def _log_table(self, args, step, rows):

@@ -9,7 +9,6 @@ are rendered exactly as the template renders them (Qwen3.5 drops the think block
 
 import jinja2
 
-
 # Sentinels hold characters that HTML or JSON escaping rewrites, so a template that escapes content fails loudly
 # instead of yielding a prompt that ends inside an escaped string.
 SENTINEL = "<&\"uturn-sentinel-0\"&>"

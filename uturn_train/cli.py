@@ -17,10 +17,13 @@ def _probe(argv: list[str]) -> None:
     from trl import TrlParser
 
     from .probe.job import ProbeScriptArguments, run_probe_job
+    from .probe.settings import ProbeSettings
+    from .testbed import resolve
 
-    parser = TrlParser(ProbeScriptArguments, prog="uturn probe")
-    (args,) = parser.parse_args_and_config(argv)
-    run_probe_job(args)
+    parser = TrlParser((ProbeScriptArguments, ProbeSettings), prog="uturn probe")
+    args, settings = parser.parse_args_and_config(argv)
+    resolve(args)
+    run_probe_job(args, settings)
 
 
 def classify_file(input_path: str, output_path: str) -> Counter:
@@ -41,7 +44,8 @@ def classify_file(input_path: str, output_path: str) -> Counter:
             if missing:
                 raise ValueError(f"{input_path}:{line_no}: missing string field(s) {missing}; every row needs "
                                  "`query`, `answer` and `user_turn`")
-            verdict = classify_turn(row["query"], row["answer"], row["user_turn"], finish_reason=row.get("finish_reason"))
+            verdict = classify_turn(row["query"], row["answer"], row["user_turn"],
+                                    finish_reason=row.get("finish_reason"))
             rows.append({**row, "label": verdict.label, "reason": verdict.reason})
     if not rows:
         raise ValueError(f"{input_path} holds no rows")
@@ -78,9 +82,11 @@ def _mine(argv: list[str]) -> None:
     from trl import TrlParser
 
     from .mining import MineScriptArguments, MiningArguments, run_mine_job
+    from .testbed import resolve
 
     parser = TrlParser((MineScriptArguments, MiningArguments), prog="uturn mine")
     script_args, mining_args = parser.parse_args_and_config(argv)
+    resolve(script_args, mining_args)
     print(run_mine_job(script_args, mining_args))
 
 

@@ -3,7 +3,7 @@
 Sources (`collab_source`):
 
 - `testbed`: the built testbed's `conversations.jsonl`: a problem, the assistant's worked answer, a grounded user
-  follow-up and the assistant's reply (problems disjoint from the held-out probe set).
+  follow-up and the assistant's reply (problems disjoint from the held-out probe set); the recipes fill in its path.
 - `oasst`: OpenAssistant trees, every root-to-follow-up path (human-written turns on both sides, ending with the real
   follow-up). `collab_data` is a tree file such as `../shared/data/oasst/en_100_tree.jsonl`; default: the hub's
   `OpenAssistant/oasst1` validation split.
@@ -41,7 +41,7 @@ class CollabDataArguments:
     Args:
         collab_source (`str`, *optional*, defaults to `"testbed"`): `testbed`, `oasst`, `gsm8k` or `conversations`.
         collab_data (`str`, *optional*): the file: an OASST tree file for `oasst`, a GSM8K jsonl for `gsm8k`, a
-            `{"messages"}` jsonl for `conversations`; unused for `testbed` (the built testbed's
+            `{"messages"}` jsonl for `conversations` and `testbed` (filled in with the built testbed's
             `conversations.jsonl`). `oasst` and `gsm8k` default to their hub data sets.
         collab_limit (`int`, *optional*): keep the first N conversations.
         loss_scope (`str`, *optional*, defaults to `"assistant"`): `assistant`, `all` or `user`.
@@ -143,14 +143,13 @@ def gsm8k_conversations(data: str | None = None, limit: int | None = None, seed:
 
 
 def load_conversations(args: CollabDataArguments) -> list[list[dict]]:
-    if args.collab_source == "testbed":
-        from .testbed import ensure_testbed
-
-        return read_conversations(ensure_testbed() / "conversations.jsonl", args.collab_limit)
     if args.collab_source == "oasst":
         return oasst_conversations(args.collab_data, args.collab_limit)
     if args.collab_source == "gsm8k":
         return gsm8k_conversations(args.collab_data, args.collab_limit)
+    if not args.collab_data:  # `testbed`, unresolved
+        raise ValueError("collab_source `testbed` reads the built testbed's conversations.jsonl: pass it as "
+                         "collab_data (the recipes fill it in, see `uturn_train.testbed.resolve`)")
     return read_conversations(args.collab_data, args.collab_limit)
 
 
@@ -181,8 +180,8 @@ def sft_dataset(conversations: list[list[dict]], tokenizer, loss_scope: str):
 
     `assistant` and `all` keep whole conversations (`messages`). `user` becomes prompt/completion rows, one per user
     turn, the prompt being exactly what the probe feeds the model ([`~uturn_train.chat.user_turn_prompt`]). We chose
-    that over a custom chat template with `{% generation %}` markers around user content (which also works, see
-    stack-facts §4): it needs no hand-written template per model family, it holds for every template the probe
+    that over a custom chat template with `{% generation %}` markers around user content (which also works with
+    SFTTrainer): it needs no hand-written template per model family, it holds for every template the probe
     supports, and the tokens the loss sees are by construction those the probe asks for. The cost is that the turns
     before each user turn are fed again for every user turn (about 2x the tokens for two-user-turn conversations).
     """

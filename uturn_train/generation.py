@@ -7,7 +7,6 @@ from tqdm.auto import tqdm
 
 from .chat import stop_strings
 
-
 # `generate()` fills every field it is not given from `model.generation_config` (transformers
 # `_prepare_generation_config`), and chat checkpoints ship sampling defaults there (Qwen3: temperature=0.6, top_k=20,
 # top_p=0.95). Naming the neutral value of each knob that shapes the distribution keeps our decoding plain

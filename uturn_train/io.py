@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -43,3 +44,30 @@ def ensure_writable_dir(path: str | Path, option: str = "--out") -> Path:
     except OSError as e:
         raise ValueError(f"{option} {path} is not a writable directory ({e.strerror}); pass another {option}") from e
     return path
+
+
+@contextmanager
+def atomic_dir(path: str | Path, *, replace: bool = False):
+    """Yield a temporary folder beside `path` that becomes `path` only if the block finishes without error.
+
+    An existing `path` is an error unless `replace`; it is then swapped out by two renames and deleted only once the new
+    folder is in place, so a reader finds the old folder or the new one, never a mix, and an interrupted write leaves
+    nothing behind.
+    """
+    path = Path(path).expanduser()
+    if path.exists() and not replace:
+        raise ValueError(f"{path} already exists")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.tmp-"))
+    try:
+        yield tmp
+        if path.exists():
+            old = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.old-"))
+            os.replace(path, old / path.name)
+            os.replace(tmp, path)
+            shutil.rmtree(old)
+        else:
+            os.replace(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

@@ -1,9 +1,10 @@
 """On-policy preference pairs for the **user** turn, plus accuracy anchors, for DPO (`uturn mine`, `collab_dpo.py`).
 
 For each prompt the model answers greedily (the probe's self setting), writes the next user turn greedily and samples
-`mine_samples` more at `mine_temperature`; the classifier labels every turn ([`~uturn_train.probe.runner.run_probe`]
-does all of this). Each distinct turn labelled identity drift, repetition, new topic, empty or degenerate (greedy
-first) is the rejected side of one pair, whose chosen side is one of the prompt's turns labelled `followup`, in turn.
+`mine_samples` more at each temperature of `mine_temperatures` above 0; the classifier labels every turn
+([`~uturn_train.probe.runner.run_probe`] does all of this). Each distinct turn labelled identity drift, repetition,
+new topic, empty or degenerate (greedy first) is the rejected side of one pair, whose chosen side is one of the
+prompt's turns labelled `followup`, in turn.
 Without a sampled follow-up, and with `mine_reference`, the data's real follow-up is chosen (`chosen_source:
 "reference"`), but only if the classifier calls it a follow-up of the model's own answer too (one written for another
 answer may not be grounded in this one). Acknowledgements are neither side. Pairing every bad turn, not only the
@@ -21,11 +22,9 @@ text without end-of-turn token: DPOTrainer appends eos (`<|im_end|>` for Qwen3.5
     uturn mine --model testbed --mine_source testbed --mine_limit 256 --out pairs
 """
 
+import json
 import logging
 import math
-import os
-import shutil
-import tempfile
 import time
 from collections import Counter, defaultdict
 from contextlib import nullcontext
@@ -33,8 +32,10 @@ from dataclasses import asdict, dataclass, field
 from itertools import cycle, islice
 from pathlib import Path
 
+from .distributed import map_sharded
 from .generation import generate
-from .io import ensure_writable_dir, write_json
+from .io import atomic_dir, ensure_writable_dir, write_json
+from .probe.settings import prefixed
 from .tasks import gsm8k
 from .tasks.base import Example
 
@@ -46,40 +47,36 @@ CARD = "mining_card.json"
 
 
 @dataclass
-class MiningArguments:
-    """How preference pairs are mined.
+class MiningArguments(prefixed("mine_", exclude=("setting",), max_new_tokens=64, answer_max_new_tokens=256)):
+    """Where the prompts come from and how pairs are made; `mine_*` decoding fields are [`ProbeSettings`]'s.
+
+    Mining runs the probe's self setting: the model answers greedily, then writes a greedy user turn and
+    `mine_samples` sampled ones at each temperature of `mine_temperatures` above 0.
 
     Args:
         mine_source (`str`, *optional*, defaults to `"testbed"`): where the prompts come from: `testbed` (the built
-            testbed's `conversations.jsonl`, never the held-out probe problems), `gsm8k` (`mine_data` file, default
-            the hub's train split), `oasst` (tree file, default the hub's validation split) or `conversations` (a
-            `{"messages"}` jsonl: the first user turn is the query, the next assistant turn the reference answer,
-            the user turn after it the reference follow-up).
-        mine_samples (`int`, *optional*, defaults to `4`): user turns sampled per prompt at `mine_temperature`
-            (k), besides the greedy one; answers sampled per prompt for anchors.
+            testbed's `conversations.jsonl`, never the held-out probe problems; the recipes fill in `mine_data`),
+            `gsm8k` (`mine_data` file, default the hub's train split), `oasst` (tree file, default the hub's validation
+            split) or `conversations` (a `{"messages"}` jsonl: the first user turn is the query, the next assistant
+            turn the reference answer, the user turn after it the reference follow-up).
         anchor_ratio (`float`, *optional*, defaults to `0.25`): anchor pairs per follow-up pair; 0 disables them.
+            Anchor answers are sampled at the highest of `mine_temperatures`, `mine_samples` per prompt.
     """
 
     mine_source: str = field(default="testbed", metadata={"help": "testbed, gsm8k, oasst or conversations."})
     mine_data: str | None = field(default=None, metadata={"help": "Data file; default per source."})
     mine_limit: int | None = field(default=256, metadata={"help": "Prompts to mine."})
-    mine_temperature: float = field(default=1.0, metadata={"help": "Sampling temperature of user turns and answers."})
-    mine_samples: int = field(default=4, metadata={"help": "Sampled user turns (and anchor answers) per prompt."})
     mine_reference: bool = field(default=True, metadata={"help": "Fall back on the data's follow-ups/solutions."})
     anchor_ratio: float = field(default=0.25, metadata={"help": "Anchor pairs per follow-up pair (0 = none)."})
-    mine_max_new_tokens: int = field(default=64, metadata={"help": "Token limit of a user turn."})
-    mine_answer_max_new_tokens: int = field(default=256, metadata={"help": "Token limit of an answer."})
-    mine_batch_size: int = field(default=16, metadata={"help": "Prompts per generate call."})
-    mine_seed: int = field(default=0, metadata={"help": "Sampling seed."})
 
     def __post_init__(self):
+        super().__post_init__()
         if self.mine_source not in SOURCES:
             raise ValueError(f"mine_source {self.mine_source!r} is not one of {SOURCES}")
         if self.mine_source == "conversations" and not self.mine_data:
             raise ValueError("mine_source `conversations` needs mine_data: a jsonl of {\"messages\": [...]} rows")
-        if self.mine_temperature <= 0 or self.mine_samples < 1 or self.anchor_ratio < 0:
-            raise ValueError("mine_temperature must be > 0, mine_samples >= 1 and anchor_ratio >= 0; got "
-                             f"{self.mine_temperature}, {self.mine_samples}, {self.anchor_ratio}")
+        if self.anchor_ratio < 0:
+            raise ValueError(f"anchor_ratio must be >= 0, got {self.anchor_ratio}")
 
 
 def conversation_examples(conversations: list[list[dict]], prefix: str) -> list[Example]:
@@ -103,13 +100,12 @@ def mining_examples(args: MiningArguments) -> list[Example]:
     from .data import read_conversations
     from .tasks import _hub_rows, load_task
 
-    if args.mine_source == "testbed":
-        from .testbed import ensure_testbed
-
-        path = ensure_testbed() / "conversations.jsonl"
-        examples = conversation_examples(read_conversations(path, args.mine_limit), "testbed-train")
-    elif args.mine_source == "conversations":
-        examples = conversation_examples(read_conversations(args.mine_data, args.mine_limit), "conversations")
+    if args.mine_source in ("testbed", "conversations"):
+        if not args.mine_data:
+            raise ValueError("mine_source `testbed` reads the built testbed's conversations.jsonl: pass it as "
+                             "mine_data (the uturn commands and recipes fill it in, see `uturn_train.testbed.resolve`)")
+        prefix = "testbed-train" if args.mine_source == "testbed" else "conversations"
+        examples = conversation_examples(read_conversations(args.mine_data, args.mine_limit), prefix)
     elif args.mine_source == "gsm8k" and args.mine_data is None:
         # load_task's default is the test split, which the probe measures on: mine the train split.
         rows = _hub_rows("openai/gsm8k", "main", "train")
@@ -120,21 +116,6 @@ def mining_examples(args: MiningArguments) -> list[Example]:
     if not examples:
         raise ValueError(f"mine_source {args.mine_source!r} gave no prompt with a user turn answered by the assistant")
     return examples
-
-
-def _generate_sharded(model, tokenizer, prompts: list[str], state, *, seed: int, **kwargs):
-    """`generate` with the prompts split across processes and the results gathered in order on every rank."""
-    if not prompts:
-        return []
-    if state is None or state.num_processes == 1:
-        return generate(model, tokenizer, prompts, seed=seed, **kwargs)
-    from accelerate.utils import gather_object
-
-    with state.split_between_processes(list(enumerate(prompts)), apply_padding=True) as shard:
-        outs = generate(model, tokenizer, [p for _, p in shard], seed=seed + 1000 * state.process_index,
-                        disable_progress=not state.is_main_process, **kwargs)
-        gathered = gather_object([(i, o) for (i, _), o in zip(shard, outs)])
-    return [o for _, o in sorted(dict(gathered).items())]
 
 
 def _pairs(ex: Example, kind: str, prompt: str, chosen: list[tuple], rejected: list[tuple]) -> list[dict]:
@@ -198,31 +179,38 @@ def mine_pairs(model, tokenizer, examples: list[Example], args: MiningArguments,
     from .probe.runner import run_probe
 
     start = time.perf_counter()
-    kwargs = dict(max_new_tokens=args.mine_max_new_tokens, batch_size=args.mine_batch_size)
+    settings = args.settings()
     with _gathered_if_zero3(model):
-        run = run_probe(model, tokenizer, examples, setting="self", temperatures=[0.0, args.mine_temperature],
-                        samples=args.mine_samples, answer_max_new_tokens=args.mine_answer_max_new_tokens,
-                        seed=args.mine_seed, state=state, **kwargs)
+        run = run_probe(model, tokenizer, examples, settings, state=state)
         turns = defaultdict(list)
         for row in run.rows:
             turns[row["index"]].append(row)
         pairs = [p for a in run.answers
                  for p in followup_pairs(examples[a["index"]], a["answer"], turns[a["index"]], args.mine_reference)]
         n_anchors = round(args.anchor_ratio * len(pairs))
+        temperature = max(settings.temperatures, default=0.0)
+        if n_anchors and temperature == 0:
+            logger.warning("no anchor pairs: anchor answers are sampled, and mine_temperatures has none above 0")
+            n_anchors = 0
         # A prompt yields at most one anchor per wrong answer (k + 1), fewer when most are right: sample answers for
         # twice the fewest prompts that could do, rather than for all of them (answers are the long part of mining).
-        graded = [a for a in run.answers if a["gold"] is not None][: math.ceil(2 * n_anchors / (args.mine_samples + 1))]
-        sampled = _generate_sharded(model, tokenizer, [a["answer_prompt"] for a in graded], state,
-                                    max_new_tokens=args.mine_answer_max_new_tokens, temperature=args.mine_temperature,
-                                    num_samples=args.mine_samples, batch_size=args.mine_batch_size,
-                                    seed=args.mine_seed + 7, desc="anchor answers")
+        graded = [a for a in run.answers if a["gold"] is not None][: math.ceil(2 * n_anchors / (settings.samples + 1))]
+
+        def sample_answers(shard, rank):
+            return generate(model, tokenizer, [a["answer_prompt"] for a in shard],
+                            max_new_tokens=settings.answer_max_new_tokens, temperature=temperature,
+                            num_samples=settings.samples, batch_size=settings.batch_size,
+                            seed=settings.seed + 7 + 1000 * rank, desc="anchor answers",
+                            disable_progress=rank != 0)
+
+        sampled = map_sharded(graded, sample_answers, state) if graded else []
     anchors = [p for a, samples in zip(graded, sampled)
                for p in anchor_pairs(examples[a["index"]], a, samples, args.mine_reference)]
     if len(anchors) < n_anchors:
         logger.warning("mined %d anchor pairs of the %d asked for (anchor_ratio %g)", len(anchors), n_anchors,
                        args.anchor_ratio)
     pairs += anchors[:n_anchors]
-    settings = {s["temperature"]: s for s in run.summary["settings"]}
+    rates = {f"followup_rate_T{s['temperature']:g}": s["followup_rate"] for s in run.summary["settings"]}
     card = {
         "n_prompts": len(examples), "n_pairs": len(pairs),
         "kind": dict(Counter(p["kind"] for p in pairs)),
@@ -230,18 +218,15 @@ def mine_pairs(model, tokenizer, examples: list[Example], args: MiningArguments,
         "rejected_label": dict(Counter(f"{p['kind']}:{p['rejected_label']}" for p in pairs)),
         "chosen_source": dict(Counter(f"{p['kind']}:{p['chosen_source']}" for p in pairs)),
         "rejected_source": dict(Counter(f"{p['kind']}:{p['rejected_source']}" for p in pairs)),
-        "policy": {"accuracy": run.summary["accuracy"],
-                   "followup_rate_greedy": settings[0.0]["followup_rate"],
-                   f"followup_rate_T{args.mine_temperature:g}": settings[args.mine_temperature]["followup_rate"],
-                   "categories_greedy": settings[0.0]["categories"]},
+        "policy": {"accuracy": run.summary["accuracy"], **rates,
+                   "categories": {f"T{s['temperature']:g}": s["categories"] for s in run.summary["settings"]}},
         "settings": asdict(args),
         "seconds": round(time.perf_counter() - start, 1),
     }
     if not any(p["kind"] == "followup" for p in pairs):
         raise ValueError(
-            f"no follow-up pair mined from {len(examples)} prompts (greedy follow-up rate "
-            f"{card['policy']['followup_rate_greedy']:.2f}, T={args.mine_temperature:g} rate "
-            f"{settings[args.mine_temperature]['followup_rate']:.2f}): raise mine_limit or mine_samples, or allow "
+            f"no follow-up pair mined from {len(examples)} prompts (follow-up rates "
+            f"{', '.join(f'{k} {v:.2f}' for k, v in rates.items())}): raise mine_limit or mine_samples, or allow "
             "reference follow-ups (mine_reference) with a source that has them"
         )
     return pairs, card
@@ -253,20 +238,9 @@ def save_pairs(pairs: list[dict], card: dict, out: str | Path) -> Path:
 
     out = Path(out).expanduser()
     ensure_writable_dir(out.parent, "output folder")
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.mining-"))
-    try:
+    with atomic_dir(out, replace=True) as tmp:
         Dataset.from_list(pairs).save_to_disk(str(tmp))
         write_json(tmp / CARD, card)
-        if out.exists():
-            old = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.old-"))
-            os.replace(out, old / out.name)
-            os.replace(tmp, out)
-            shutil.rmtree(old)
-        else:
-            os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out
 
 
@@ -285,6 +259,24 @@ def load_pairs(path: str | Path):
     return dataset
 
 
+def resumable_pairs(path: str | Path, model: str, args: MiningArguments):
+    """The pairs a run mined before it was interrupted, if `path` holds them: a resumed run trains on the same pairs.
+
+    Returns None when there are none; raises if they were mined for another model or with other settings.
+    """
+    path = Path(path)
+    if not (path / CARD).exists():
+        return None
+    card = json.loads((path / CARD).read_text())
+    now = {"model": model, **json.loads(json.dumps(asdict(args)))}  # as the card stores them
+    then = {"model": card.get("model"), **card.get("settings", {})}
+    changed = [f"{k}: {then.get(k)!r} then, {v!r} now" for k, v in now.items() if then.get(k) != v]
+    if changed:
+        raise ValueError(f"{path} holds pairs mined with other settings ({'; '.join(changed)}): resume with the "
+                         "settings of its mining card, or delete the folder to mine again")
+    return load_pairs(path)
+
+
 @dataclass
 class MineScriptArguments:
     """Arguments of `uturn mine` besides [`MiningArguments`].
@@ -300,11 +292,15 @@ class MineScriptArguments:
 
 
 def run_mine_job(script_args: MineScriptArguments, args: MiningArguments) -> Path:
-    from .models import load_model_and_tokenizer
+    import torch
+
+    from .models import load_model, load_tokenizer
 
     ensure_writable_dir(Path(script_args.out).expanduser().parent, "--out")
     examples = mining_examples(args)  # bad data fails before the model loads
-    model, tokenizer = load_model_and_tokenizer(script_args.model, dtype=script_args.dtype)
+    tokenizer = load_tokenizer(script_args.model)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model = load_model(script_args.model, dtype=script_args.dtype, device=device)
     pairs, card = mine_pairs(model, tokenizer, examples, args)
     out = save_pairs(pairs, {"model": script_args.model, **card}, script_args.out)
     logger.info("%d pairs (%s) from %d prompts in %.0f s -> %s", card["n_pairs"], card["kind"], card["n_prompts"],

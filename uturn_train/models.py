@@ -1,23 +1,24 @@
-"""Load a chat model and its tokenizer by hub name or local path, always as the text-only causal LM."""
+"""Load a chat model and its tokenizer by hub name or local path, always as the text-only causal LM; LoRA targets."""
 
 import logging
 import os
+from dataclasses import replace
 
 logger = logging.getLogger(__name__)
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
 
+# Qwen3.5's full attention (`self_attn`), Gated DeltaNet (`linear_attn`) and MLP projections of the decoder layers.
+# Anchored on `layers.N.` so the vision tower (`model.visual.blocks.N...`) of a hub (vision-language) checkpoint is
+# never wrapped, unlike "all-linear". Gated DeltaNet's `in_proj_a`/`in_proj_b` are left out: their outputs are one
+# number per value head, narrower than the LoRA rank. PEFT has no default targets for qwen3_5.
+QWEN3_5_LORA_TARGETS = (
+    r".*layers\.\d+\.(self_attn\.(q_proj|k_proj|v_proj|o_proj)|linear_attn\.(in_proj_qkv|in_proj_z|out_proj)"
+    r"|mlp\.(gate_proj|up_proj|down_proj))"
+)
 
-def resolve_model_name(name: str) -> str:
-    """`testbed` names the project's own tiny Qwen3.5 (built on first use); anything else is passed through."""
-    if name == "testbed":
-        from .testbed import ensure_testbed
 
-        return str(ensure_testbed())
-    return name
-
-
-def load_tokenizer(name: str):
+def load_tokenizer(name: str, revision: str | None = None):
     """`AutoTokenizer` (never a processor: TRL treats a Qwen3.5 processor as a vision model) with a chat template."""
     from transformers import AutoTokenizer
 
@@ -29,11 +30,11 @@ def load_tokenizer(name: str):
             f"tokenizer.save_pretrained('{name}')"
         )
     try:
-        tokenizer = AutoTokenizer.from_pretrained(name)
+        tokenizer = AutoTokenizer.from_pretrained(name, revision=revision)
     except (OSError, ValueError) as e:
         raise ValueError(
             f"could not load a tokenizer from {name!r}: check the hub name or path (the hub is unreachable when "
-            f"HF_HUB_OFFLINE=1). ({e})"
+            f"HF_HUB_OFFLINE=1; `testbed` is only resolved by the uturn commands and recipes). ({e})"
         ) from e
     if not tokenizer.chat_template:
         raise ValueError(
@@ -43,29 +44,36 @@ def load_tokenizer(name: str):
     return tokenizer
 
 
-def load_model(name: str, dtype: str = "auto", device: str | None = None):
+def load_model(name: str, dtype: str = "auto", device: str | None = None, *, revision: str | None = None,
+               attn_implementation: str | None = None):
     """`AutoModelForCausalLM`: a Qwen3.5 vision-language checkpoint loads as `Qwen3_5ForCausalLM` (same text weights).
 
     Args:
-        dtype (`str`, *optional*, defaults to `"auto"`): `auto` = bfloat16 on GPU, float32 on CPU.
-        device (`str`, *optional*): defaults to `cuda` when available.
+        dtype (`str`, *optional*, defaults to `"auto"`): `auto` = bfloat16 on GPU, float32 on CPU (CPUs without native
+            bf16 emulate it, an order of magnitude slower).
+        device (`str`, *optional*): where to put it; None leaves it on the CPU for a trainer to place.
     """
     import torch
     from transformers import AutoModelForCausalLM
 
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     if dtype == "auto":
-        torch_dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+        on_gpu = device.startswith("cuda") if device else torch.cuda.is_available()
+        torch_dtype = torch.bfloat16 if on_gpu else torch.float32
     else:
         torch_dtype = getattr(torch, dtype)
     try:
-        model = AutoModelForCausalLM.from_pretrained(name, dtype=torch_dtype)
+        model = AutoModelForCausalLM.from_pretrained(name, dtype=torch_dtype, revision=revision,
+                                                     attn_implementation=attn_implementation)
     except (OSError, ValueError) as e:
         raise ValueError(f"could not load a causal LM from {name!r}: {e}") from e
-    return model.to(device).eval()
+    return model.to(device).eval() if device else model
 
 
-def load_model_and_tokenizer(name: str, dtype: str = "auto", device: str | None = None):
-    name = resolve_model_name(name)
-    tokenizer = load_tokenizer(name)  # first: it fails fast and cheaply on a bad path
-    return load_model(name, dtype=dtype, device=device), tokenizer
+def lora_config(model_args):
+    """TRL's `get_peft_config`, with [`QWEN3_5_LORA_TARGETS`] when no `lora_target_modules` are given."""
+    from trl import get_peft_config
+
+    config = get_peft_config(model_args)
+    if config is not None and config.target_modules is None:
+        config = replace(config, target_modules=QWEN3_5_LORA_TARGETS)
+    return config

@@ -23,7 +23,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from uturn_train.probe.classify import _context, classify_turn  # noqa: E402
 from uturn_train.tasks import load_task  # noqa: E402
 
-
 OASST = Path(__file__).resolve().parents[3] / "shared" / "data" / "oasst" / "en_100_tree.jsonl"
 SLICE = 40
 

@@ -28,7 +28,6 @@ import tiny  # noqa: E402
 from uturn_train.chat import stop_strings, user_turn_prompt  # noqa: E402
 from uturn_train.generation import generate  # noqa: E402
 
-
 GSM8K = Path(__file__).resolve().parents[3] / "shared" / "data" / "gsm8k" / "test.jsonl"
 
 

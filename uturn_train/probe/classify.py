@@ -44,7 +44,6 @@ from dataclasses import dataclass
 
 from . import cues
 
-
 LABELS = ("followup", "acknowledgement", "identity_drift", "repetition", "new_topic", "empty", "degenerate")
 
 

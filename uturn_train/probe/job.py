@@ -5,41 +5,30 @@ shards across processes; every process returns the same gathered result and only
 """
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..io import ensure_writable_dir, write_json, write_jsonl
 from .classify import LABELS
+from .settings import ProbeSettings
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass
 class ProbeScriptArguments:
-    """Arguments of `uturn probe` and `eval/probe.py`.
+    """What `uturn probe` and `eval/probe.py` probe and where they write; how is [`ProbeSettings`].
 
     Args:
         model (`str`): hub id or local path of a chat model; `testbed` = the project's tiny Qwen3.5 (built if missing).
         task (`str`, *optional*, defaults to `"gsm8k"`): gsm8k, ifeval, ifbench, mtbench, oasst or testbed.
         data (`str`, *optional*): local jsonl file or hub data set name; defaults to the task's hub data set.
-        setting (`str`, *optional*, defaults to `"self"`): `self` (the model answers first, greedy) or `heldout`
-            (the answer comes from the data).
-        temperatures (`list[float]`, *optional*, defaults to `[0.0, 1.0]`): 0 = greedy, one user turn per prompt;
-            any other temperature takes `samples` user turns per prompt.
     """
 
-    model: str = field(default="testbed", metadata={"help": "Hub id or local path; `testbed` = the tiny built-in model."})
+    model: str = field(default="testbed", metadata={"help": "Hub id or local path; `testbed` = the tiny built-in one."})
     task: str = field(default="gsm8k", metadata={"help": "gsm8k, ifeval, ifbench, mtbench, oasst or testbed."})
     data: str | None = field(default=None, metadata={"help": "Local jsonl path or hub data set name."})
     limit: int | None = field(default=None, metadata={"help": "Probe the first N prompts only."})
-    setting: str = field(default="self", metadata={"help": "self or heldout."})
-    temperatures: list[float] = field(default_factory=lambda: [0.0, 1.0], metadata={"help": "0 = greedy."})
-    samples: int = field(default=4, metadata={"help": "User turns per prompt at each temperature > 0."})
-    max_new_tokens: int = field(default=256, metadata={"help": "Token limit of a user turn."})
-    answer_max_new_tokens: int = field(default=512, metadata={"help": "Token limit of an answer (self setting)."})
-    batch_size: int = field(default=16, metadata={"help": "Prompts per generate call (before num_return_sequences)."})
-    seed: int = field(default=0, metadata={"help": "Sampling seed."})
-    enable_thinking: bool = field(default=False, metadata={"help": "Render prompts with thinking on (Qwen3.5)."})
     skip_bad_rows: bool = field(default=False, metadata={"help": "Skip and count rows with missing fields."})
     dtype: str = field(default="auto", metadata={"help": "auto (bf16 on GPU, fp32 on CPU), bfloat16, float32..."})
     out: str = field(default="uturn_probe", metadata={"help": "Output directory."})
@@ -53,11 +42,12 @@ def print_table(result: dict) -> None:
              "new_topic": "new", "empty": "empty", "degenerate": "degen"}
     table = Table(title=f"{result.get('model', '')} · {result.get('task', '')} · {result['setting']} · "
                         f"{result['n_prompts']} prompts")
-    for col in ["T", "k", "n", "follow-up rate", "95% CI", *[short[l] for l in LABELS]]:
+    for col in ["T", "k", "n", "follow-up rate", "95% CI", *[short[label] for label in LABELS]]:
         table.add_column(col, justify="right")
     for s in result["settings"]:
         table.add_row(f"{s['temperature']:g}", str(s["samples"]), str(s["n"]), f"{s['followup_rate']:.3f}",
-                      f"[{s['ci95'][0]:.3f}, {s['ci95'][1]:.3f}]", *[f"{s['categories'][l]:.2f}" for l in LABELS])
+                      f"[{s['ci95'][0]:.3f}, {s['ci95'][1]:.3f}]",
+                      *[f"{s['categories'][label]:.2f}" for label in LABELS])
     console = Console()
     if result["settings"]:
         console.print(table)
@@ -74,31 +64,33 @@ def distributed_state():
     return PartialState(cpu=not torch.cuda.is_available())
 
 
-def run_probe_job(args: ProbeScriptArguments, state=None) -> dict:
-    """Run the job; returns the `results.json` dict. Bad input fails before the model is loaded."""
-    from ..models import load_model_and_tokenizer
+def run_probe_job(args: ProbeScriptArguments, settings: ProbeSettings, state=None) -> dict:
+    """Run the job; returns the `results.json` dict. Bad input fails before the model is loaded.
+
+    `args.model` and `args.data` are paths or hub names: the entry points resolve `testbed` first.
+    """
+    import torch
+
+    from ..models import load_model, load_tokenizer
     from ..tasks import load_task
     from .plot import plot_followup_vs_temperature
     from .runner import check_setting, run_probe
 
     is_main = state is None or state.is_main_process
     examples = load_task(args.task, data=args.data, limit=args.limit, skip_bad=args.skip_bad_rows)
-    check_setting(args.setting, examples, task=args.task)
+    check_setting(settings.setting, examples, task=args.task)
     out = ensure_writable_dir(args.out) if is_main else Path(args.out)
-    model, tokenizer = load_model_and_tokenizer(args.model, dtype=args.dtype,
-                                                device=str(state.device) if state is not None else None)
-    run = run_probe(model, tokenizer, examples, setting=args.setting, temperatures=args.temperatures,
-                    samples=args.samples, max_new_tokens=args.max_new_tokens,
-                    answer_max_new_tokens=args.answer_max_new_tokens, batch_size=args.batch_size, seed=args.seed,
-                    enable_thinking=args.enable_thinking, state=state)
+    tokenizer = load_tokenizer(args.model)  # first: it fails fast and cheaply on a bad path
+    device = str(state.device) if state is not None else ("cuda" if torch.cuda.is_available() else "cpu")
+    model = load_model(args.model, dtype=args.dtype, device=device)
+    run = run_probe(model, tokenizer, examples, settings, state=state)
     result = {"model": args.model, "task": args.task, **run.summary,
-              "config": {k: getattr(args, k) for k in ("data", "limit", "samples", "max_new_tokens",
-                                                       "answer_max_new_tokens", "seed", "enable_thinking")}}
+              "config": {"data": args.data, "limit": args.limit, **asdict(settings)}}
     if is_main:
         if run.summary["settings"]:
             plot_followup_vs_temperature(run.summary["settings"], run.summary["accuracy"],
                                          out / "followup_vs_temperature.png",
-                                         title=f"{args.model} · {args.task} · {args.setting}")
+                                         title=f"{args.model} · {args.task} · {settings.setting}")
         write_jsonl(out / "samples.jsonl", run.rows)
         write_jsonl(out / "answers.jsonl", run.answers)
         write_json(out / "results.json", result)  # last: its presence marks a finished run

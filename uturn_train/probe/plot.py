@@ -14,7 +14,8 @@ def _figure():
     return plt
 
 
-def plot_followup_vs_temperature(settings: list[dict], accuracy: float | None, path: str | Path, title: str = "") -> None:
+def plot_followup_vs_temperature(settings: list[dict], accuracy: float | None, path: str | Path,
+                                 title: str = "") -> None:
     """Follow-up rate with its Wilson 95% interval at each temperature; task accuracy as a dashed line."""
     plt = _figure()
     temps = [s["temperature"] for s in settings]

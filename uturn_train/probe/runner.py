@@ -1,20 +1,20 @@
 """The user-turn probe: answer (self setting) or take the real answer (heldout), generate the next user turn, classify.
 
-Used alike by `uturn probe`, `eval/probe.py`, `eval/gsm8k.py` and the training callback. Under several processes each
-rank takes an equal-sized shard (padded, so collective generation under ZeRO-3 never waits on a rank with less work),
-and the rows are gathered so every rank returns the full, identically ordered result.
+Used alike by `uturn probe`, `eval/probe.py`, `eval/gsm8k.py`, mining and the training callback. Under several
+processes each rank generates for an equal share of the prompts ([`~uturn_train.distributed.map_sharded`]); the
+generations are gathered and every rank classifies the same full set, so all ranks return identical results.
 """
 
 from dataclasses import dataclass, field
 
 from ..chat import answer_prompt, role_header_starts, user_turn_prompt
+from ..distributed import map_sharded
 from ..generation import generate
 from ..tasks import gsm8k
 from ..tasks.base import Example
 from .classify import classify_turn
 from .metrics import across_temperatures, summarize_setting
-
-SETTINGS = ("self", "heldout")
+from .settings import ProbeSettings
 
 
 @dataclass
@@ -35,8 +35,6 @@ class ProbeRun:
 
 
 def check_setting(setting: str, examples: list[Example], task: str = "this task") -> None:
-    if setting not in SETTINGS:
-        raise ValueError(f"unknown setting {setting!r}; choose one of {SETTINGS}")
     if setting == "heldout":
         missing = [ex.id for ex in examples if not ex.answer]
         if missing:
@@ -47,57 +45,46 @@ def check_setting(setting: str, examples: list[Example], task: str = "this task"
             )
 
 
-def _probe_shard(model, tokenizer, indexed: list[tuple[int, Example]], *, setting, temperatures, samples,
-                 max_new_tokens, answer_max_new_tokens, batch_size, seed, enable_thinking, disable_progress):
-    examples = [ex for _, ex in indexed]
-    histories = [ex.meta.get("history", []) for ex in examples]
-    answers = []
-    if setting == "self":
-        a_prompts = [answer_prompt(tokenizer, h + [{"role": "user", "content": ex.query}], enable_thinking=enable_thinking)
-                     for h, ex in zip(histories, examples)]
-        a_gens = generate(model, tokenizer, a_prompts, max_new_tokens=answer_max_new_tokens, temperature=0.0,
-                          batch_size=batch_size, seed=seed, desc="answers", disable_progress=disable_progress)
-        for (i, ex), prompt, (g,) in zip(indexed, a_prompts, a_gens):
-            answers.append({
-                "index": i, "id": ex.id, "query": ex.query, "answer_prompt": prompt, "answer": g.text,
-                "answer_finish_reason": g.finish_reason, "gold": ex.gold,
-                "answer_correct": gsm8k.is_correct(g.text, ex.gold) if ex.gold is not None else None,
-                "answer_strict": gsm8k.strict_match(g.text, ex.gold) if ex.gold is not None else None,
-                "answer_flexible": gsm8k.flexible_extract(g.text, ex.gold) if ex.gold is not None else None,
-            })
-    else:
-        answers = [{"index": i, "id": ex.id, "query": ex.query, "answer_prompt": None, "answer": ex.answer,
-                    "answer_finish_reason": None, "gold": ex.gold, "answer_correct": None, "answer_strict": None,
-                    "answer_flexible": None} for i, ex in indexed]
+def _messages(ex: Example, answer: str | None = None) -> list[dict]:
+    messages = [*ex.meta.get("history", []), {"role": "user", "content": ex.query}]
+    return messages if answer is None else [*messages, {"role": "assistant", "content": answer}]
 
-    rows = []
-    if not temperatures:
-        return answers, rows
-    u_prompts = [
-        user_turn_prompt(tokenizer, h + [{"role": "user", "content": ex.query}, {"role": "assistant", "content": a["answer"]}],
-                         enable_thinking=enable_thinking)
-        for h, ex, a in zip(histories, examples, answers)
-    ]
-    headers = role_header_starts(tokenizer)
-    for t_index, temperature in enumerate(temperatures):
-        k = 1 if temperature == 0 else samples
-        gens = generate(model, tokenizer, u_prompts, max_new_tokens=max_new_tokens, temperature=temperature,
-                        num_samples=k, batch_size=batch_size, seed=seed + 1 + t_index,
-                        desc=f"user turns T={temperature:g}", disable_progress=disable_progress)
-        for a, ex, prompt, outs in zip(answers, examples, u_prompts, gens):
-            for s, g in enumerate(outs):
-                # A turn that ended by opening another role's header keeps that header: the classifier
-                # calls a user turn that hands over to the assistant identity drift.
-                turn = g.text + g.stop if g.stop in headers else g.text
-                verdict = classify_turn(ex.query, a["answer"], turn, finish_reason=g.finish_reason)
-                rows.append({
-                    "index": a["index"], "id": ex.id, "temperature": temperature, "sample_index": s,
-                    "query": ex.query, "answer": a["answer"], "answer_prompt": a["answer_prompt"],
-                    "answer_correct": a["answer_correct"], "user_prompt": prompt, "user_turn": turn,
-                    "label": verdict.label, "reason": verdict.reason, "finish_reason": g.finish_reason,
-                    "completion_tokens": g.completion_tokens, "reference_followup": ex.reference_followup,
-                })
-    return answers, rows
+
+def _answers(model, tokenizer, examples: list[Example], settings: ProbeSettings, seed: int,
+             disable_progress: bool) -> list[dict]:
+    """The answer each user turn reacts to: the model's own (greedy), or the data's in the heldout setting."""
+    if settings.setting == "heldout":
+        return [{"answer_prompt": None, "answer": ex.answer, "answer_finish_reason": None} for ex in examples]
+    prompts = [answer_prompt(tokenizer, _messages(ex), enable_thinking=settings.enable_thinking) for ex in examples]
+    generations = generate(model, tokenizer, prompts, max_new_tokens=settings.answer_max_new_tokens, temperature=0.0,
+                           batch_size=settings.batch_size, seed=seed, desc="answers", disable_progress=disable_progress)
+    return [{"answer_prompt": p, "answer": g.text, "answer_finish_reason": g.finish_reason}
+            for p, (g,) in zip(prompts, generations)]
+
+
+def _generate_shard(model, tokenizer, examples: list[Example], settings: ProbeSettings, rank: int,
+                    disable_progress: bool) -> list[dict]:
+    """Per example: its answer, its user-turn prompt and, per temperature, its generated user turns."""
+    seed = settings.seed + 1000 * rank  # shards of different ranks are independent draws
+    answers = _answers(model, tokenizer, examples, settings, seed, disable_progress)
+    prompts = [user_turn_prompt(tokenizer, _messages(ex, a["answer"]), enable_thinking=settings.enable_thinking)
+               for ex, a in zip(examples, answers)]
+    turns = [[] for _ in examples]
+    for t_index, temperature in enumerate(settings.temperatures):
+        gens = generate(model, tokenizer, prompts, max_new_tokens=settings.max_new_tokens, temperature=temperature,
+                        num_samples=1 if temperature == 0 else settings.samples, batch_size=settings.batch_size,
+                        seed=seed + 1 + t_index, desc=f"user turns T={temperature:g}",
+                        disable_progress=disable_progress)
+        for per_example, outs in zip(turns, gens):
+            per_example.append(outs)
+    return [{**a, "user_prompt": p, "turns": t} for a, p, t in zip(answers, prompts, turns)]
+
+
+def _graded(ex: Example, answer: dict, setting: str) -> dict:
+    if setting != "self" or ex.gold is None:
+        return {"answer_correct": None, "answer_strict": None, "answer_flexible": None}
+    return {"answer_correct": gsm8k.is_correct(answer, ex.gold), "answer_strict": gsm8k.strict_match(answer, ex.gold),
+            "answer_flexible": gsm8k.flexible_extract(answer, ex.gold)}
 
 
 def _mean(values):
@@ -105,55 +92,55 @@ def _mean(values):
     return sum(values) / len(values) if values else None
 
 
-def run_probe(model, tokenizer, examples: list[Example], *, setting: str = "self",
-              temperatures: list[float] = (0.0, 1.0), samples: int = 4, max_new_tokens: int = 256,
-              answer_max_new_tokens: int = 512, batch_size: int = 16, seed: int = 0, enable_thinking: bool = False,
-              state=None, disable_progress: bool = False) -> ProbeRun:
+def run_probe(model, tokenizer, examples: list[Example], settings: ProbeSettings | None = None, *, state=None,
+              disable_progress: bool = False) -> ProbeRun:
     """Probe `model` on `examples`; see the module docstring.
 
     Args:
-        temperatures (`list[float]`): 0 means greedy with one user turn per prompt; any other value samples
-            `samples` user turns per prompt. Empty: answers (and accuracy) only.
+        settings ([`ProbeSettings`], *optional*): what to generate and how; defaults to `ProbeSettings()`.
         state (`accelerate.PartialState`, *optional*): shard across its processes; all of them must call this.
     """
+    settings = settings or ProbeSettings()
     if not examples:
         raise ValueError("no prompts to probe")
-    check_setting(setting, examples)
-    if any(t < 0 for t in temperatures):
-        raise ValueError(f"temperatures must be >= 0, got {list(temperatures)}")
-    if samples < 1:
-        raise ValueError(f"samples must be >= 1, got {samples}")
-    kwargs = dict(setting=setting, temperatures=list(temperatures), samples=samples, max_new_tokens=max_new_tokens,
-                  answer_max_new_tokens=answer_max_new_tokens, batch_size=batch_size, enable_thinking=enable_thinking)
-    indexed = list(enumerate(examples))
-    if state is None or state.num_processes == 1:
-        answers, rows = _probe_shard(model, tokenizer, indexed, seed=seed, disable_progress=disable_progress, **kwargs)
-    else:
-        from accelerate.utils import gather_object
+    check_setting(settings.setting, examples)
+    show = not disable_progress and (state is None or state.is_main_process)
+    generated = map_sharded(
+        examples, lambda shard, rank: _generate_shard(model, tokenizer, shard, settings, rank, not show), state)
 
-        with state.split_between_processes(indexed, apply_padding=True) as shard:
-            # Seeds differ per rank so sampled turns of different shards are independent draws.
-            answers, rows = _probe_shard(model, tokenizer, shard, seed=seed + 1000 * state.process_index,
-                                         disable_progress=disable_progress or not state.is_main_process, **kwargs)
-        # Padding repeats a rank's last prompt: keep the first copy of every (prompt, temperature, sample).
-        answers = list({a["index"]: a for a in reversed(gather_object(answers))}.values())
-        rows = list({(r["index"], r["temperature"], r["sample_index"]): r for r in reversed(gather_object(rows))}.values())
-    answers.sort(key=lambda a: a["index"])
-    order = {t: i for i, t in enumerate(kwargs["temperatures"])}
-    rows.sort(key=lambda r: (order[r["temperature"]], r["index"], r["sample_index"]))
+    headers = role_header_starts(tokenizer)
+    answers, rows = [], []
+    for index, (ex, g) in enumerate(zip(examples, generated)):
+        answers.append({"index": index, "id": ex.id, "query": ex.query, "answer_prompt": g["answer_prompt"],
+                        "answer": g["answer"], "answer_finish_reason": g["answer_finish_reason"], "gold": ex.gold,
+                        **_graded(ex, g["answer"], settings.setting)})
+    for t_index, temperature in enumerate(settings.temperatures):
+        for a, ex, g in zip(answers, examples, generated):
+            for s, out in enumerate(g["turns"][t_index]):
+                # A turn that ended by opening another role's header keeps that header: the classifier calls a user
+                # turn that hands over to the assistant identity drift.
+                turn = out.text + out.stop if out.stop in headers else out.text
+                verdict = classify_turn(ex.query, a["answer"], turn, finish_reason=out.finish_reason)
+                rows.append({
+                    "index": a["index"], "id": ex.id, "temperature": temperature, "sample_index": s,
+                    "query": ex.query, "answer": a["answer"], "answer_prompt": a["answer_prompt"],
+                    "answer_correct": a["answer_correct"], "user_prompt": g["user_prompt"], "user_turn": turn,
+                    "label": verdict.label, "reason": verdict.reason, "finish_reason": out.finish_reason,
+                    "completion_tokens": out.completion_tokens, "reference_followup": ex.reference_followup,
+                })
 
-    settings = []
-    for temperature in kwargs["temperatures"]:
+    summaries = []
+    for temperature in settings.temperatures:
         labels = [r["label"] for r in rows if r["temperature"] == temperature]
-        settings.append(summarize_setting(temperature, 1 if temperature == 0 else samples, labels))
-    graded = setting == "self" and any(a["gold"] is not None for a in answers)
+        summaries.append(summarize_setting(temperature, 1 if temperature == 0 else settings.samples, labels))
+    graded = settings.setting == "self" and any(a["gold"] is not None for a in answers)
     summary = {
-        "setting": setting,
+        "setting": settings.setting,
         "n_prompts": len(answers),
         "accuracy": _mean([a["answer_correct"] for a in answers]) if graded else None,
         "accuracy_strict": _mean([a["answer_strict"] for a in answers]) if graded else None,
         "accuracy_flexible": _mean([a["answer_flexible"] for a in answers]) if graded else None,
-        "settings": settings,
-        **across_temperatures(settings),
+        "settings": summaries,
+        **across_temperatures(summaries),
     }
     return ProbeRun(summary=summary, rows=rows, answers=answers)

@@ -21,7 +21,7 @@ HUB = {
     "ifbench": ("allenai/IFBench_test", None, "train"),
     "mtbench": ("HuggingFaceH4/mt_bench_prompts", None, "train"),
     "oasst": ("OpenAssistant/oasst1", None, "validation"),
-    "testbed": ("openai/gsm8k", "main", "test"),  # only used when a hub name is passed: GSM8K format
+    "testbed": ("openai/gsm8k", "main", "test"),  # GSM8K format: only used when a hub name is passed as data
 }
 
 
@@ -59,9 +59,8 @@ def load_task(task: str, data: str | None = None, limit: int | None = None, skip
     if limit is not None and limit < 1:
         raise ValueError(f"limit must be a positive number of examples, got {limit}")
     if task == "testbed" and data is None:
-        from ..testbed import ensure_testbed  # the name resolves to the built testbed's held-out problems
-
-        data = str(ensure_testbed() / "heldout.jsonl")
+        raise ValueError("task `testbed` reads the held-out problems of a built testbed: pass its heldout.jsonl as "
+                         "data (the uturn commands and recipes fill it in, see `uturn_train.testbed.resolve`)")
     source, rows = _rows(task, data, split)
     if task == "oasst":
         rows = oasst.trees(rows)

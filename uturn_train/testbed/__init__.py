@@ -3,8 +3,9 @@
 It lives in a world of GSM8K-style arithmetic word problems (`world.py`) and of the user turns that follow an answer
 in real chat logs (`turns.py`): grounded follow-ups, thanks, and new unrelated problems. The model answers decently,
 its greedy user turns are almost never follow-ups, and its samples at temperature 1.0 sometimes are: a miniature of
-the situation the user-turn probe measures. Nothing outside this package depends on it, except that the model name
-`testbed` resolves to `ensure_testbed()`.
+the situation the user-turn probe measures. The testbed is a user of the core, beside the recipes: the core takes
+paths, and the entry points (`uturn`, the recipes, the eval scripts) call [`resolve`] to turn the name `testbed` in
+their options into the built testbed's paths.
 
 ```bash
 uturn testbed build                  # into $UTURN_HOME/testbed (default ~/.cache/uturn/testbed)
@@ -15,13 +16,13 @@ uturn probe --model testbed --task testbed --limit 200 --temperatures 0 1.0 --sa
 import json
 import logging
 import os
-import shutil
-import tempfile
 from pathlib import Path
+
+from ..io import atomic_dir
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["build_testbed", "ensure_testbed", "testbed_dir"]
+__all__ = ["build_testbed", "ensure_testbed", "resolve", "testbed_dir"]
 
 
 def testbed_dir() -> Path:
@@ -51,24 +52,11 @@ def build_testbed(out: str | Path | None = None, *, force: bool = False, seed: i
     out = Path(out).expanduser() if out is not None else testbed_dir()
     if out.exists() and not force:
         raise ValueError(f"{out} already exists; pass force=True (`uturn testbed build --force`) to rebuild it")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.building-"))
-    try:
+    with atomic_dir(out, replace=True) as tmp:
         card = build(tmp, seed=seed, config=BuildConfig.smoke() if smoke else BuildConfig())
         card["smoke"] = smoke
         (tmp / "card.json").write_text(json.dumps(card, indent=2) + "\n")
         (tmp / "CARD.md").write_text(_card_markdown(card))
-        if out.exists():
-            # Two renames, so the old build is only deleted once the new one is in place.
-            old = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.old-"))
-            os.replace(out, old / out.name)
-            os.replace(tmp, out)
-            shutil.rmtree(old)
-        else:
-            os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out
 
 
@@ -79,6 +67,28 @@ def ensure_testbed() -> Path:
         logger.warning("The testbed model is not built yet: building it into %s (a few minutes on a CPU)", path)
         build_testbed(path, force=path.exists())
     return path
+
+
+# The options that may name the testbed, and what they then get: the field holding the data, and the file.
+_DATA_OF = {"task": ("data", "heldout.jsonl"), "probe_task": ("probe_data", "heldout.jsonl"),
+            "mine_source": ("mine_data", "conversations.jsonl"),
+            "collab_source": ("collab_data", "conversations.jsonl")}
+
+
+def resolve(*configs) -> None:
+    """Replace the name `testbed` in `configs` (parsed dataclasses) by the built testbed, building it if missing.
+
+    `model` / `model_name_or_path` `testbed` become its folder; `task` / `probe_task` `testbed` without data get its
+    held-out problems, `mine_source` / `collab_source` `testbed` without data its training conversations. Under several
+    processes, call it on every one inside `main_process_first`, so that one builds while the others wait.
+    """
+    for config in configs:
+        for name in ("model", "model_name_or_path"):
+            if getattr(config, name, None) == "testbed":
+                setattr(config, name, str(ensure_testbed()))
+        for name, (data, file) in _DATA_OF.items():
+            if getattr(config, name, None) == "testbed" and getattr(config, data) is None:
+                setattr(config, data, str(ensure_testbed() / file))
 
 
 def _card_markdown(card: dict) -> str:
@@ -92,12 +102,13 @@ def _card_markdown(card: dict) -> str:
         f"template, pre-trained from scratch by `uturn testbed build --seed {card['seed']}`"
         f"{' (smoke build: barely trained)' if card.get('smoke') else ''}.",
         "",
-        f"- Training: {c['steps']} steps x {c['tokens_per_step']} tokens (one conversation per row), lr {c['lr']} (cosine), "
-        f"{d['train_conversations']:,} conversations ({d['train_tokens']:,} tokens), final loss {card['final_loss']:.3f}.",
-        f"- World: word problems of the scenarios {', '.join(c['scenarios'])}; second user turns in the mixture: "
+        f"- Training: {c['steps']} steps x {c['tokens_per_step']} tokens (one conversation per row), lr {c['lr']} "
+        f"(cosine), {d['train_conversations']:,} conversations ({d['train_tokens']:,} tokens), final loss "
+        f"{card['final_loss']:.3f}.",
+        "- World: arithmetic word problems (change, reading, walks, ages); second user turns in the mixture: "
         + ", ".join(f"{k} {v:,}" for k, v in d["train_kinds"].items()) + ".",
-        f"- Built in {card['time_s']['build']:.0f} s ({card['torch_threads']} threads), peak RSS "
-        f"{card['peak_rss_gb']:.2f} GB.",
+        f"- Built in {card['time_s']['build']:.0f} s in {card['dtype']} ({card['torch_threads']} threads, CPU "
+        f"capability {card['cpu_capability']}), peak RSS {card['peak_rss_gb']:.2f} GB.",
         f"- Files: `train.jsonl` (the mixture), `heldout.jsonl` ({d['heldout']} problems never trained on), "
         f"`heldout_triples.jsonl` (query, answer, real follow-up), `conversations.jsonl` ({d['conversations']} "
         "conversations with grounded follow-ups, for collaboration SFT).",

@@ -32,12 +32,9 @@ class BuildConfig:
         tokens_per_step (`int`): rows x padded length of each step's batch (one conversation per row).
         second_turn (`dict`): shares of the training conversations by what follows the first answer. Most second
             user turns are new problems and most of those open with the same lead-in, so greedy decoding picks that
-            opening; grounded follow-ups are a minority that sampling reaches (see the feasibility note).
+            opening: greedy decoding takes the most likely first token, so a turn kind that is rare at its first token
+            stays out of greedy turns while sampling reaches it in proportion.
         ask_rate (`float`): share of answers that end with a question to the user.
-        scenarios (`tuple`): the world's scenarios (`world.SCENARIOS`) problems are drawn from. Fewer templates
-            leave more of the steps for what is learned last, copying the question's numbers and the times table:
-            at 850 steps, 4 scenarios reached 0.73 accuracy (build 299 s). With 15% of the mixture spent on "repeat
-            this list" drills: 4 scenarios 0.41, 5 scenarios 0.26, all 11 0.11; the drills did not teach copying.
     """
 
     steps: int = 800
@@ -57,7 +54,6 @@ class BuildConfig:
     second_turn: dict = field(default_factory=lambda: {
         "single": 0.2, "new_problem": 0.55, "followup": 0.2, "acknowledgement": 0.05})
     ask_rate: float = 0.15
-    scenarios: tuple = ("change", "reading", "walks", "ages")
 
     @classmethod
     def smoke(cls) -> "BuildConfig":
@@ -80,11 +76,11 @@ def render(messages: list[dict]) -> str:
     return "".join(parts)
 
 
-def make_heldout(rng: random.Random, n: int, scenarios: tuple[str, ...]) -> list[dict]:
+def make_heldout(rng: random.Random, n: int) -> list[dict]:
     """Held-out problems, each with a real follow-up from the world for the heldout setting."""
     rows, keys = [], set()
     while len(rows) < n:
-        problem = sample_problem(rng, scenarios)
+        problem = sample_problem(rng)
         if problem.key in keys:
             continue
         keys.add(problem.key)
@@ -93,11 +89,11 @@ def make_heldout(rng: random.Random, n: int, scenarios: tuple[str, ...]) -> list
     return rows
 
 
-def make_conversations(rng: random.Random, n: int, mixture: dict, config: "BuildConfig", avoid: set) -> list[dict]:
+def make_conversations(rng: random.Random, n: int, mixture: dict, ask_rate: float, avoid: set) -> list[dict]:
     """`n` conversations whose problems are none of the held-out ones (`avoid`: problem keys)."""
     rows = []
     while len(rows) < n:
-        messages, kind, problems = conversation(rng, mixture, config.ask_rate, config.scenarios)
+        messages, kind, problems = conversation(rng, mixture, ask_rate)
         if not any(p.key in avoid for p in problems):
             rows.append({"messages": messages, "kind": kind})
     return rows
@@ -195,9 +191,11 @@ def make_model(tokenizer, config: BuildConfig):
 
 
 def train(model, data: list, config: BuildConfig, disable_progress: bool = False) -> list[float]:
-    """Plain pre-training loop: AdamW, linear warm-up then cosine decay over the fixed number of steps, bf16 autocast.
+    """Plain pre-training loop in float32: AdamW, linear warm-up then cosine decay over the fixed number of steps.
 
-    Accuracy rises late, as the learning rate anneals, so the schedule spans exactly the steps that will run.
+    Accuracy rises late, as the learning rate anneals, so the schedule spans exactly the steps that will run. No bf16
+    autocast: CPUs without native bf16 (AVX2 only) emulate it, 13x slower per step, and one numeric path makes a seed
+    give the same testbed on every CPU.
     """
     import torch
     from tqdm.auto import tqdm
@@ -218,8 +216,7 @@ def train(model, data: list, config: BuildConfig, disable_progress: bool = False
     losses = []
     bar = tqdm(data, desc="pre-training the testbed", disable=disable_progress)
     for ids, labels in bar:
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            loss = model(input_ids=ids, labels=labels).loss
+        loss = model(input_ids=ids, labels=labels).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
@@ -236,11 +233,12 @@ def measure(out_dir: str | Path, limit: int = 200, samples: int = 4) -> dict:
     """The probe on the held-out problems, self setting, greedy and T=1.0: accuracy and follow-up rates."""
     from ..models import load_model, load_tokenizer
     from ..probe.runner import run_probe
+    from ..probe.settings import ProbeSettings
     from ..tasks import load_task
 
     tokenizer, model = load_tokenizer(str(out_dir)), load_model(str(out_dir), device="cpu")
     examples = load_task("testbed", data=str(Path(out_dir) / "heldout.jsonl"), limit=limit)
-    summary = run_probe(model, tokenizer, examples, setting="self", temperatures=[0.0, 1.0], samples=samples).summary
+    summary = run_probe(model, tokenizer, examples, ProbeSettings(temperatures=[0.0, 1.0], samples=samples)).summary
     rates = {f"followup_rate_T{s['temperature']:g}": s["followup_rate"] for s in summary["settings"]}
     return {"n_prompts": summary["n_prompts"], "accuracy": summary["accuracy"], **rates, "samples": samples,
             "categories": {f"T{s['temperature']:g}": s["categories"] for s in summary["settings"]}}
@@ -260,12 +258,12 @@ def build(out: Path, *, seed: int, config: BuildConfig, probe: bool = True) -> d
     start = time.perf_counter()
     set_seed(seed)
     rng = random.Random(seed)
-    heldout = make_heldout(rng, config.n_heldout, config.scenarios)
+    heldout = make_heldout(rng, config.n_heldout)
     avoid = {r.pop("key") for r in heldout}
-    sft = make_conversations(rng, config.n_conversations, {"followup": 1.0}, config, avoid)
+    sft = make_conversations(rng, config.n_conversations, {"followup": 1.0}, config.ask_rate, avoid)
 
     # The mixture, in chunks until every step's rows can be filled; the tokenizer learns from the first chunk.
-    mixture = make_conversations(rng, 2000, config.second_turn, config, avoid)
+    mixture = make_conversations(rng, 2000, config.second_turn, config.ask_rate, avoid)
     tokenizer = train_tokenizer([render(r["messages"]) for r in mixture], config.vocab_size)
     for row in mixture[:50]:
         if tokenizer.apply_chat_template(row["messages"], tokenize=False) != render(row["messages"]):
@@ -273,7 +271,7 @@ def build(out: Path, *, seed: int, config: BuildConfig, probe: bool = True) -> d
     eot = tokenizer.pad_token  # ends each conversation, as documents end in pre-training
     sequences = tokenizer([render(r["messages"]) + eot for r in mixture])["input_ids"]
     while (plan := plan_batches(list(map(len, sequences)), config.steps, config.tokens_per_step)) is None:
-        more = make_conversations(rng, 2000, config.second_turn, config, avoid)
+        more = make_conversations(rng, 2000, config.second_turn, config.ask_rate, avoid)
         mixture += more
         sequences += tokenizer([render(r["messages"]) + eot for r in more])["input_ids"]
     data = [to_tensors([sequences[i] for i in rows], bucket, tokenizer.pad_token_id) for bucket, rows in plan]
@@ -309,6 +307,8 @@ def build(out: Path, *, seed: int, config: BuildConfig, probe: bool = True) -> d
                    "build": round(time.perf_counter() - start, 1)},
         "peak_rss_gb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
         "torch_threads": torch.get_num_threads(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
     }
     if probe:
         t = time.perf_counter()

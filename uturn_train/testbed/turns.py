@@ -8,7 +8,6 @@ reply is computed from the problem, so the assistant is always right, also when 
 """
 
 import random
-from collections.abc import Sequence
 
 from .world import Problem, Step, draw_number, sample_problem
 
@@ -34,7 +33,8 @@ def _fill(template: str, problem: Problem, step: Step) -> str:
 # Follow-ups: they react to this answer, and most of them name a number, a step or a thing from it.
 ASK_STEP = [
     "Why did you {verb} {x} {prep} {y}?", "why {expr}?", "Where do the {v} {unit} come from?",
-    "How did you get {v} {unit}?", "What are the {v} {unit} in your answer?", "I don't understand the step {expr} = {v}.",
+    "How did you get {v} {unit}?", "What are the {v} {unit} in your answer?",
+    "I don't understand the step {expr} = {v}.",
     "Wait, why {ing} {x} {prep} {y}?", "Can you explain why the {unit} are {expr}?", "what does {v} mean here?",
     "Where did you get {y} from?", "So {v} is {what}?", "Why do you {verb} in the {nth} step?",
     "how is {expr} equal to {v}?", "I don't get the {nth} line. Why {expr}?", "What does the {nth} step do?",
@@ -47,9 +47,11 @@ PUSHBACK = [
     "Hmm, is {expr} really {v}?", "That doesn't look right, I got {wrong} {units}.",
     "My teacher says the answer is {wrong} {units}.", "I don't think {ans} {units} is right.",
     "Isn't it {wrong} {units} though?", "the answer should be {wrong} {units}, not {ans}",
-    "Can you double check {expr} for the {unit}? I get {wrong}.", "Wrong, it's {wrong} {units}.", "Are you sure about the {v} {unit}?",
+    "Can you double check {expr} for the {unit}? I get {wrong}.", "Wrong, it's {wrong} {units}.",
+    "Are you sure about the {v} {unit}?",
     "I got {wrong} {units} when I did it. Who is right?", "no, {expr} is not {v}",
-    "Hmm, I'm not sure {ans} is correct. Can you check it?", "That can't be right. Does {name} really end up with {ans} {units}?",
+    "Hmm, I'm not sure {ans} is correct. Can you check it?",
+    "That can't be right. Does {name} really end up with {ans} {units}?",
 ]
 WHAT_IF = [
     "What if {phrase} was {x} instead of {old}?", "And if {phrase} were {x}?", "What happens if {phrase} is {x}?",
@@ -77,8 +79,8 @@ ANSWERS_TO = {
     "check": ["Yes please, check it.", "Yes, please check it.", "yes, check it", "Yes, please do.", "sure, check it"],
     "step": ["Yes, the {nth} one.", "Yes, why {expr}?", "the {nth} step please", "Yes, how did you get {v} {unit}?",
              "Yes. Why did you {verb} {x} {prep} {y}?"],
-    "variant": ["Yes, try it with {x} instead of {old}.", "Sure, what if {phrase} was {x}?", "yes, use {x} for {phrase}",
-                "Yes please, make {phrase} {x}."],
+    "variant": ["Yes, try it with {x} instead of {old}.", "Sure, what if {phrase} was {x}?",
+                "yes, use {x} for {phrase}", "Yes please, make {phrase} {x}."],
 }
 # Acknowledgements only thank or close.
 ACKS = [
@@ -191,13 +193,13 @@ def quick_problem(rng: random.Random) -> Problem:
     return Problem("quick", {}, {"x": x, "y": y, "op": op}, question, [step])
 
 
-def new_problem(rng: random.Random, scenarios: Sequence[str] | None = None) -> tuple[str, Problem]:
+def new_problem(rng: random.Random) -> tuple[str, Problem]:
     """An unrelated problem: a bare calculation, or a word problem drawn independently of the one before.
 
     Not made to avoid the previous problem's scenario or names: a tiny model then learns that words seen in the
     context are *not* written next, and stops copying names and numbers from the question into its answer.
     """
-    problem = quick_problem(rng) if rng.random() < QUICK_SHARE else sample_problem(rng, scenarios)
+    problem = quick_problem(rng) if rng.random() < QUICK_SHARE else sample_problem(rng)
     return rng.choice(LEAD_INS) + problem.question, problem
 
 
@@ -209,22 +211,20 @@ def answer(rng: random.Random, problem: Problem, ask_rate: float) -> tuple[str, 
     return f"{problem.solution}\n\n{rng.choice(ASSISTANT_QUESTIONS[asked])}", asked
 
 
-def conversation(rng: random.Random, second_turn: dict[str, float], ask_rate: float,
-                 scenarios: Sequence[str] | None = None) -> tuple[list[dict], str, list]:
+def conversation(rng: random.Random, second_turn: dict[str, float], ask_rate: float) -> tuple[list[dict], str, list]:
     """A conversation, the kind of its second user turn (`single` when it has none) and the problems it solves.
 
     Args:
         second_turn (`dict[str, float]`): weights of `single`, `new_problem`, `followup` and `acknowledgement`.
         ask_rate (`float`): share of answers that end with a question to the user.
-        scenarios (`Sequence[str]`, *optional*): the world's scenarios its problems come from (default: all).
     """
-    problem = sample_problem(rng, scenarios)
+    problem = sample_problem(rng)
     text, asked = answer(rng, problem, ask_rate)
     messages = [{"role": "user", "content": problem.question}, {"role": "assistant", "content": text}]
     problems = [problem]
     kind = rng.choices(list(second_turn), weights=list(second_turn.values()))[0]
     if kind == "new_problem":
-        turn, other = new_problem(rng, scenarios)
+        turn, other = new_problem(rng)
         reply = answer(rng, other, ask_rate)[0]
         problems.append(other)
     elif kind == "followup":

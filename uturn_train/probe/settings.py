@@ -1,0 +1,75 @@
+"""How a probe decodes: one dataclass, used as is by `uturn probe` and under a prefix by the recipes and mining.
+
+TrlParser merges dataclasses by field name, and TRL's configs have fields of the same names (`seed`, `temperature`...),
+so the recipes take these settings as `probe_*` (the callback) and `mine_*` (mining): [`prefixed`] derives those
+dataclasses from [`ProbeSettings`] instead of spelling the fields out again.
+"""
+
+import dataclasses
+from dataclasses import dataclass, field
+
+SETTINGS = ("self", "heldout")
+
+
+@dataclass
+class ProbeSettings:
+    """What the probe generates and how.
+
+    Args:
+        setting (`str`, *optional*, defaults to `"self"`): `self` (the model answers the query greedily, then writes the
+            user turn) or `heldout` (the answer comes from the data).
+        temperatures (`list[float]`, *optional*, defaults to `[0.0, 1.0]`): 0 = greedy, one user turn per prompt; any
+            other temperature samples `samples` user turns per prompt. Empty: answers (and accuracy) only.
+        samples (`int`, *optional*, defaults to `4`): user turns per prompt at each temperature above 0.
+        max_new_tokens (`int`, *optional*, defaults to `256`): token limit of a user turn.
+        answer_max_new_tokens (`int`, *optional*, defaults to `512`): token limit of an answer (self setting).
+        batch_size (`int`, *optional*, defaults to `16`): prompts per `generate` call.
+        seed (`int`, *optional*, defaults to `0`): sampling seed; also seeds the mismatched contexts of the grounded
+            decision.
+        enable_thinking (`bool`, *optional*, defaults to `False`): render prompts with thinking on (Qwen3-style
+            templates).
+    """
+
+    setting: str = field(default="self", metadata={"help": "self (the model answers first) or heldout."})
+    temperatures: list[float] = field(default_factory=lambda: [0.0, 1.0], metadata={"help": "0 = greedy."})
+    samples: int = field(default=4, metadata={"help": "User turns per prompt at each temperature > 0."})
+    max_new_tokens: int = field(default=256, metadata={"help": "Token limit of a user turn."})
+    answer_max_new_tokens: int = field(default=512, metadata={"help": "Token limit of an answer (self setting)."})
+    batch_size: int = field(default=16, metadata={"help": "Prompts per generate call."})
+    seed: int = field(default=0, metadata={"help": "Sampling seed."})
+    enable_thinking: bool = field(default=False, metadata={"help": "Render prompts with thinking on (Qwen3.5)."})
+
+    def __post_init__(self):
+        if self.setting not in SETTINGS:
+            raise ValueError(f"setting {self.setting!r} is not one of {SETTINGS}")
+        if any(t < 0 for t in self.temperatures):
+            raise ValueError(f"temperatures must be >= 0 (0 = greedy), got {list(self.temperatures)}")
+        for name in ("samples", "max_new_tokens", "answer_max_new_tokens", "batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+
+
+def prefixed(prefix: str, exclude: tuple[str, ...] = (), **defaults) -> type:
+    """A dataclass with the fields of [`ProbeSettings`] named `prefix + name` (minus `exclude`), with other `defaults`.
+
+    Subclass it to add fields; `settings()` turns an instance back into a validated `ProbeSettings`.
+    """
+    unknown = set(defaults) - {f.name for f in dataclasses.fields(ProbeSettings)}
+    if unknown:
+        raise ValueError(f"not ProbeSettings fields: {sorted(unknown)}")
+    fields = []
+    for f in dataclasses.fields(ProbeSettings):
+        if f.name in exclude:
+            continue
+        value = defaults.get(f.name, f.default_factory() if f.default is dataclasses.MISSING else f.default)
+        default = {"default_factory": lambda v=value: list(v)} if isinstance(value, list) else {"default": value}
+        fields.append((prefix + f.name, f.type, field(**default, metadata=f.metadata)))
+
+    def settings(self) -> ProbeSettings:
+        return ProbeSettings(**{name[len(prefix):]: getattr(self, name) for name, _, _ in fields})
+
+    def post_init(self):
+        self.settings()  # bad values fail when the command line is parsed
+
+    return dataclasses.make_dataclass(f"{prefix}ProbeSettings", fields,
+                                      namespace={"settings": settings, "__post_init__": post_init})
