@@ -33,6 +33,7 @@ class Generation:
         prompt_tokens (`int`): tokens in the prompt.
         completion_tokens (`int`): tokens generated before the end-of-turn token, which is not counted (the tokens of
             a stop string are).
+        token_ids (`tuple[int, ...]`): those tokens' ids.
     """
 
     text: str
@@ -40,6 +41,7 @@ class Generation:
     stop: str | None
     prompt_tokens: int
     completion_tokens: int
+    token_ids: tuple[int, ...] = ()
 
 
 def _finish(tokenizer, ids: list[int], end_ids: set[int], stops: list[str], prompt_tokens: int) -> Generation:
@@ -49,11 +51,12 @@ def _finish(tokenizer, ids: list[int], end_ids: set[int], stops: list[str], prom
     text = tokenizer.decode(ids[:end], skip_special_tokens=True)
     # Cut at the earliest stop string, also when the model spelled an end-of-turn token out in plain pieces.
     found = min(((text.find(s), s) for s in stops if s in text), default=None)
+    token_ids = tuple(ids[:end])
     if found is not None:
-        return Generation(text[: found[0]], "stop", found[1], prompt_tokens, end)
+        return Generation(text[: found[0]], "stop", found[1], prompt_tokens, end, token_ids)
     if end < len(ids):
-        return Generation(text, "stop", tokenizer.convert_ids_to_tokens(ids[end]), prompt_tokens, end)
-    return Generation(text, "length", None, prompt_tokens, end)
+        return Generation(text, "stop", tokenizer.convert_ids_to_tokens(ids[end]), prompt_tokens, end, token_ids)
+    return Generation(text, "length", None, prompt_tokens, end, token_ids)
 
 
 def generate(
