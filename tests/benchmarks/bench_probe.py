@@ -14,9 +14,11 @@ Why outputs can differ at all: the engine left-pads prompts to the longest of th
 masked, so the math is the same, but attention and the Gated DeltaNet fallbacks then reduce over differently shaped
 tensors, which changes the order of float additions: logits agree to ~1e-6, not bit for bit. A greedy choice flips only
 where the two best tokens are that close, which a trained model's peaked distributions almost never give; a random
-model's do (the fallback). Both sides run on `--threads` intra-op threads, 1 by default: a model this narrow gains
-nothing from more, and OpenMP threads spin-wait when cores are shared. With `--repeats N` the two sides run alternately
-N times and each keeps its fastest run.
+model's do (the fallback). Both sides run on `--threads` intra-op threads, torch's default (one per core) unless given:
+a batch of 64 prompts keeps 2 cores busy, one prompt at a time does not (per-example generation is latency-bound and
+gains nothing from a second thread; the engine gains ~1.3x). On a machine shared with other work, OpenMP threads
+spin-wait: compare `--threads 1` too. With `--repeats N` the two sides run alternately N times and each keeps its
+fastest run.
 """
 
 import argparse
@@ -82,7 +84,7 @@ def main():
     parser.add_argument("--n", type=int, default=128)
     parser.add_argument("--max_new_tokens", type=int, default=256)
     parser.add_argument("--batch_size", type=int, default=64)
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--repeats", type=int, default=1)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
