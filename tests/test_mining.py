@@ -18,17 +18,22 @@ from uturn_train.tasks.gsm8k import is_correct
 PROMISED = {"prompt", "chosen", "rejected", "kind", "chosen_label", "rejected_label", "chosen_source", "id"}
 
 
+FRUIT = ("apples pears plums lemons limes mangos melons kiwis figs dates cherries grapes peaches oranges apricots "
+         "papayas guavas lychees quinces olives").split()
+
+
 def conversations(n: int, seed: int = 0) -> list[dict]:
-    """GSM8K-style conversations with a grounded follow-up, as the testbed writes them."""
+    """GSM8K-style conversations with a grounded follow-up (it names this problem's fruit), as the testbed writes
+    them; at most 20."""
     rng = random.Random(seed)
     rows = []
-    for _ in range(n):
-        name, a, b = rng.choice(["Mia", "Omar", "Lena", "Ravi"]), rng.randint(2, 9), rng.randint(2, 9)
+    for i in range(n):
+        name, a, b, fruit = rng.choice(["Mia", "Omar", "Lena", "Ravi"]), rng.randint(2, 9), rng.randint(2, 9), FRUIT[i]
         rows.append({"messages": [
-            {"role": "user", "content": f"{name} has {a} bags of {b} apples. How many apples does {name} have?"},
-            {"role": "assistant", "content": f"{name} has {a} * {b} = {a * b} apples.\n#### {a * b}"},
-            {"role": "user", "content": f"Why did you multiply {a} by {b}?"},
-            {"role": "assistant", "content": f"Each of the {a} bags holds {b} apples."},
+            {"role": "user", "content": f"{name} has {a} bags of {b} {fruit}. How many {fruit} does {name} have?"},
+            {"role": "assistant", "content": f"{name} has {a} * {b} = {a * b} {fruit}.\n#### {a * b}"},
+            {"role": "user", "content": f"Why did you multiply the bags of {fruit} by {b}?"},
+            {"role": "assistant", "content": f"Each of the {a} bags holds {b} {fruit}."},
         ]})
     return rows
 
@@ -68,8 +73,8 @@ def test_mined_pairs_have_the_promised_columns_and_labels(mined, conversations_f
     followups = [r for r in dataset if r["kind"] == "followup"]
     anchors = [r for r in dataset if r["kind"] == "anchor"]
     assert followups and anchors
-    assert {r["chosen_label"] for r in followups} == {"followup"}
-    assert all(r["rejected_label"] in REJECTABLE for r in followups)
+    assert {r["chosen_label"] for r in followups} == {"grounded_followup"}
+    assert all(r["rejected_label"] in (*REJECTABLE, "ungrounded_followup") for r in followups)
     source = [json.loads(line)["messages"] for line in conversations_file.read_text().splitlines()]
     for r in followups:
         assert r["prompt"].endswith("<|im_end|>\n<|im_start|>user\n")
@@ -86,6 +91,8 @@ def test_mined_pairs_have_the_promised_columns_and_labels(mined, conversations_f
     # The card counts what the data set holds, and keeps the settings.
     assert card["kind"] == {"followup": len(followups), "anchor": len(anchors)}
     assert sum(card["chosen_source"].values()) == len(dataset) and card["settings"]["mine_samples"] == 3
+    assert card["chosen_followups"]["grounded_share"] == 1.0
+    assert card["chosen_followups"]["distinct_share"] == len({r["chosen"] for r in followups}) / len(followups)
     assert json.loads((out / "mining_card.json").read_text())["n_pairs"] == len(dataset)
     assert [p.name for p in out.parent.iterdir()] == ["pairs"]  # no temporary folder left behind
 
@@ -103,25 +110,43 @@ def test_dpo_trainer_appends_eos_once(mined, tiny, tmp_path):
             assert ids[-1] == eos and ids.count(eos) == 1
 
 
-def test_every_bad_turn_is_rejected_against_a_followup():
-    ex = Example(id="x", query="What is 3 + 4?", answer="3 + 4 = 7.", reference_followup="Why did you add 3 and 4?")
-    row = lambda label, t, text: {"label": label, "temperature": t, "user_turn": text, "user_prompt": "P"}  # noqa: E731
-    turns = [row("new_topic", 0.0, "Next: 5 * 6?"), row("identity_drift", 1.0, "Sure!"), row("followup", 1.0, "Why 7?"),
+def test_every_bad_turn_is_rejected_against_a_grounded_followup():
+    query, answer = "Tom has 35 apples and buys 48 more. How many apples now?", "35 + 48 = 83 apples."
+    ex = Example(id="x", query=query, answer=answer, reference_followup="Why did you add the 48 apples?")
+    other = ("What is the capital of France?", "Paris is the capital of France.")
+
+    def row(label, t, text, grounded=False):
+        return {"label": label, "temperature": t, "user_turn": text, "user_prompt": "P", "grounded": grounded}
+
+    turns = [row("new_topic", 0.0, "Next: 5 * 6?"), row("identity_drift", 1.0, "Sure!"),
+             row("followup", 1.0, "Why 83?", grounded=True), row("followup", 1.0, "Can you explain it simply?"),
              row("new_topic", 1.0, "Next: 5 * 6?"), row("acknowledgement", 1.0, "Thanks!")]
-    pairs = followup_pairs(ex, "3 + 4 = 7.", turns, use_reference=True)
-    # Greedy first; a sampled copy of the greedy turn is not a second pair; thanks are neither side.
+    pairs = followup_pairs(ex, answer, turns, other, use_reference=True)
+    # Greedy first; a sampled copy of the greedy turn is not a second pair; a follow-up that fits any answer is
+    # rejected, not chosen; thanks are neither side.
     fields = ("chosen", "chosen_source", "rejected", "rejected_label", "rejected_source")
     assert [tuple(p[f] for f in fields) for p in pairs] == [
-        ("Why 7?", "sample", "Next: 5 * 6?", "new_topic", "greedy"),
-        ("Why 7?", "sample", "Sure!", "identity_drift", "sample"),
+        ("Why 83?", "sample", "Next: 5 * 6?", "new_topic", "greedy"),
+        ("Why 83?", "sample", "Sure!", "identity_drift", "sample"),
+        ("Why 83?", "sample", "Can you explain it simply?", "ungrounded_followup", "sample"),
     ]
-    pairs = followup_pairs(ex, "3 + 4 = 7.", turns[:2], use_reference=True)
-    assert {(p["chosen"], p["chosen_source"]) for p in pairs} == {("Why did you add 3 and 4?", "reference")}
-    assert followup_pairs(ex, "3 + 4 = 7.", turns[:2], use_reference=False) == []
-    # A reference follow-up that is not grounded in the model's answer is not taken.
-    unrelated = Example(id="y", query=ex.query, answer=ex.answer, reference_followup="What is the capital of Peru?")
-    assert followup_pairs(unrelated, "3 + 4 = 7.", turns[:2], use_reference=True) == []
-    assert followup_pairs(ex, "3 + 4 = 7.", [row("acknowledgement", 0.0, "Thanks!")], use_reference=True) == []
+    pairs = followup_pairs(ex, answer, turns[:2], other, use_reference=True)
+    assert {(p["chosen"], p["chosen_source"]) for p in pairs} == {("Why did you add the 48 apples?", "reference")}
+    assert followup_pairs(ex, answer, turns[:2], other, use_reference=False) == []
+    # A reference follow-up that is not grounded in the model's answer is not taken, nor one that fits any answer.
+    for reference in ("What is the capital of Peru?", "Could you explain that more simply?"):
+        unrelated = Example(id="y", query=query, answer=answer, reference_followup=reference)
+        assert followup_pairs(unrelated, answer, turns[:2], other, use_reference=True) == []
+    assert followup_pairs(ex, answer, [row("acknowledgement", 0.0, "Thanks!")], other, use_reference=True) == []
+
+
+def test_no_single_chosen_text_dominates():
+    from uturn_train.mining import diverse
+
+    pairs = [{"chosen": "Why 83?" if i % 2 else f"Why {i}?", "rejected": "x"} for i in range(200)]
+    kept = diverse(pairs, max_share=0.02)
+    assert sum(p["chosen"] == "Why 83?" for p in kept) == 4  # 2% of 200
+    assert sum(p["chosen"] != "Why 83?" for p in kept) == 100  # the others are all distinct: all kept
 
 
 def test_no_pairs_is_a_clear_error(tiny, conversations_file):

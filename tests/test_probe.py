@@ -88,12 +88,16 @@ def test_cli_probe_writes_results_samples_and_plot(tiny_qwen_dir, shared_data, t
             "settings"} <= set(results)
     assert [s["temperature"] for s in results["settings"]] == [0.0, 0.7, 1.0]
     for s in results["settings"]:
-        assert set(s) == {"temperature", "samples", "followup_rate", "ci95", "n", "categories"}
+        assert set(s) == {"temperature", "samples", "followup_rate", "ci95", "n", "categories",
+                          "grounded_followup_rate", "grounded_ci95", "distinct_followups"}
+        assert s["grounded_followup_rate"] <= s["followup_rate"]
         assert set(s["categories"]) == set(LABELS)
     rows = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     assert len(rows) == 4 + 8 + 8
     assert {"id", "temperature", "sample_index", "query", "answer", "answer_prompt", "answer_correct", "user_prompt",
-            "user_turn", "label", "reason", "finish_reason"} <= set(rows[0])
+            "user_turn", "label", "reason", "finish_reason", "grounded", "mismatch_label"} <= set(rows[0])
+    # The mismatched context of every prompt is another prompt of the same probe.
+    assert all(r["mismatch_index"] != r["index"] for r in rows) and all(isinstance(r["grounded"], bool) for r in rows)
     assert (out / "followup_vs_temperature.png").read_bytes()[:4] == b"\x89PNG"
     printed = capsys.readouterr().out
     assert "gsm8k · self · 4 prompts" in printed and "lm-eval strict-match" in printed

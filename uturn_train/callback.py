@@ -90,8 +90,9 @@ class _PreservedState:
 class UserTurnProbeCallback(TrainerCallback):
     """Measures greedy and sampled follow-up rates (and accuracy on tasks with gold answers) while training.
 
-    Records, at each probed step: scalars `probe/followup_rate/T<t>` (+ `ci_low`/`ci_high`), `probe/<label>_share/T<t>`,
-    `<task>/accuracy`, `probe/seconds` through the trainer's logging; a W&B table of samples;
+    Records, at each probed step: scalars `probe/followup_rate/T<t>` and `probe/grounded_rate/T<t>` (+ `ci_low`/
+    `ci_high`), `probe/distinct_followups/T<t>`, `probe/<label>_share/T<t>`, `<task>/accuracy`, `probe/seconds` through
+    the trainer's logging; a W&B table of samples;
     `output_dir/probe_history.jsonl` (one record per step) and `output_dir/probe/step_<N>.jsonl` (the samples).
 
     Either form works:
@@ -206,6 +207,12 @@ class UserTurnProbeCallback(TrainerCallback):
                 t = f"T{s['temperature']:.1f}"
                 logs[f"probe/followup_rate/{t}"] = s["followup_rate"]
                 logs[f"probe/followup_rate/{t}/ci_low"], logs[f"probe/followup_rate/{t}/ci_high"] = s["ci95"]
+                if s.get("grounded_followup_rate") is not None:
+                    logs[f"probe/grounded_rate/{t}"] = s["grounded_followup_rate"]
+                    logs[f"probe/grounded_rate/{t}/ci_low"], logs[f"probe/grounded_rate/{t}/ci_high"] = \
+                        s["grounded_ci95"]
+                if s.get("distinct_followups") is not None:
+                    logs[f"probe/distinct_followups/{t}"] = s["distinct_followups"]
                 for label in LABELS:
                     logs[f"probe/{label}_share/{t}"] = s["categories"][label]
         # The base class's log: TRL's SFT/DPO `log` overrides would flush their running training metrics into it.
@@ -228,7 +235,8 @@ class UserTurnProbeCallback(TrainerCallback):
 
         if wandb.run is None:
             return
-        columns = ["step", "id", "temperature", "sample_index", "query", "answer", "user_turn", "label", "reason"]
+        columns = ["step", "id", "temperature", "sample_index", "query", "answer", "user_turn", "label", "grounded",
+                   "reason"]
         if self._table is None:
             # Incremental: each probe adds its rows instead of re-uploading the whole growing table.
             self._table = wandb.Table(columns=columns, log_mode="INCREMENTAL")

@@ -1,6 +1,7 @@
-"""Collaboration SFT data: multi-turn conversations, and which of their turns the loss sees.
+"""Training data: the conversations of collaboration SFT (and which of their turns the loss sees), and the prompts that
+mining (`mine_source`) and online RL (`prompt_source`) start from.
 
-Sources (`collab_source`):
+Sources (`collab_source`, `mine_source`, `prompt_source`):
 
 - `testbed`: the built testbed's `conversations.jsonl`: a problem, the assistant's worked answer, a grounded user
   follow-up and the assistant's reply (problems disjoint from the held-out probe set); the recipes fill in its path.
@@ -15,6 +16,10 @@ Sources (`collab_source`):
 - `conversations`: any JSON Lines file of `{"messages": [{"role": ..., "content": ...}, ...]}` rows: real
   follow-ups from human logs or a stronger model come in here.
 
+Mining and online RL take from a source its first user turn (the query), the assistant's answer after it (the
+reference answer) and the user turn after that (the reference follow-up), see [`prompt_examples`]; `gsm8k` without a
+file reads the hub's train split, never the test split the probe measures on.
+
 Loss scope (`loss_scope`), see [`sft_dataset`]:
 
 - `assistant`: the usual chat SFT, TRL's `assistant_only_loss=True` (assistant content and end-of-turn tokens).
@@ -25,8 +30,11 @@ Loss scope (`loss_scope`), see [`sft_dataset`]:
 import random
 import re
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 
+from .tasks import gsm8k
+from .tasks.base import Example
 from .tasks.jsonl import BadRow, read_jsonl
 
 SOURCES = ("testbed", "oasst", "gsm8k", "conversations")
@@ -53,14 +61,20 @@ class CollabDataArguments:
     loss_scope: str = field(default="assistant", metadata={"help": "Turns in the loss: assistant, all or user."})
 
     def __post_init__(self):
-        if self.collab_source not in SOURCES:
-            raise ValueError(f"collab_source {self.collab_source!r} is not one of {SOURCES}")
+        check_source(self.collab_source, self.collab_data, option="collab")
         if self.loss_scope not in LOSS_SCOPES:
             raise ValueError(f"loss_scope {self.loss_scope!r} is not one of {LOSS_SCOPES}")
-        if self.collab_source == "conversations" and not self.collab_data:
-            raise ValueError("collab_source `conversations` needs collab_data: a jsonl of {\"messages\": [...]} rows")
         if self.collab_limit is not None and self.collab_limit < 1:
             raise ValueError(f"collab_limit must be >= 1, got {self.collab_limit}")
+
+
+def check_source(source: str, data: str | None, option: str) -> None:
+    """A clear error for a bad `<option>_source` / `<option>_data` pair, when the command line is parsed."""
+    if source not in SOURCES:
+        raise ValueError(f"{option}_source {source!r} is not one of {SOURCES}")
+    if source == "conversations" and not data:
+        raise ValueError(f"{option}_source `conversations` needs {option}_data: a jsonl of "
+                         '{"messages": [...]} rows')
 
 
 def check_messages(messages, where: str) -> list[dict]:
@@ -151,6 +165,46 @@ def load_conversations(args: CollabDataArguments) -> list[list[dict]]:
         raise ValueError("collab_source `testbed` reads the built testbed's conversations.jsonl: pass it as "
                          "collab_data (the recipes fill it in, see `uturn_train.testbed.resolve`)")
     return read_conversations(args.collab_data, args.collab_limit)
+
+
+def conversation_examples(conversations: list[list[dict]], prefix: str) -> list[Example]:
+    """Prompts from conversations: the first user turn, the assistant's answer, and the user turn after it."""
+    examples = []
+    for n, messages in enumerate(conversations):
+        i = next((i for i, m in enumerate(messages[:-1]) if m["role"] == "user"), None)
+        if i is None or messages[i + 1]["role"] != "assistant":
+            continue  # nothing answered: no reference answer to ground a follow-up in
+        answer = messages[i + 1]["content"]
+        after = messages[i + 2] if len(messages) > i + 2 and messages[i + 2]["role"] == "user" else None
+        examples.append(Example(
+            id=f"{prefix}-{n}", query=messages[i]["content"], answer=answer,
+            gold=gsm8k.extract_answer(answer) if "####" in answer else None,
+            reference_followup=after["content"] if after else None, meta={"history": messages[:i]},
+        ))
+    return examples
+
+
+def prompt_examples(source: str, data: str | None, limit: int | None, option: str) -> list[Example]:
+    """The prompts of a mining or RL source (see the module docstring); `option` names the options in errors."""
+    from .tasks import _hub_rows, load_task
+
+    if source in ("testbed", "conversations"):
+        if not data:  # `testbed`, unresolved
+            raise ValueError(f"{option}_source `testbed` reads the built testbed's conversations.jsonl: pass it as "
+                             f"{option}_data (the uturn commands and recipes fill it in, see "
+                             "`uturn_train.testbed.resolve`)")
+        prefix = "testbed-train" if source == "testbed" else "conversations"
+        examples = conversation_examples(read_conversations(data, limit), prefix)
+    elif source == "gsm8k" and data is None:
+        # load_task's default is the test split, which the probe measures on: take the train split.
+        rows = _hub_rows("openai/gsm8k", "main", "train")
+        examples = [gsm8k.to_example(row, i, where, prefix="gsm8k-train")
+                    for i, (where, row) in enumerate(islice(rows, limit))]
+    else:
+        examples = load_task(source, data=data, limit=limit)
+    if not examples:
+        raise ValueError(f"{option}_source {source!r} gave no prompt with a user turn answered by the assistant")
+    return examples
 
 
 def user_turn_rows(tokenizer, messages: list[dict]) -> list[dict]:

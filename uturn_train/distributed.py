@@ -1,6 +1,7 @@
 """Work split across the processes of `accelerate launch`, and gathered back in order on every rank."""
 
 from collections.abc import Callable
+from contextlib import nullcontext
 
 
 def map_sharded(items: list, fn: Callable[[list, int], list], state=None) -> list:
@@ -27,3 +28,19 @@ def map_sharded(items: list, fn: Callable[[list, int], list], state=None) -> lis
     for i, result in gathered:
         by_index.setdefault(i, result)  # the first copy; padding repeats an item already done
     return [by_index[i] for i in range(len(items))]
+
+
+def gathered_if_zero3(model):
+    """Gather ZeRO-3 partitioned parameters for generation before a trainer wraps the model (mining, RL answers).
+
+    Before the trainer wraps it, a model loaded under ZeRO-3 (`zero3_init_flag`) holds partitions without the engine's
+    hooks: gather them once for the whole generation, as TRL's `unwrap_model_for_generation` does. A collective: every
+    rank gets here. Elsewhere a no-op.
+    """
+    from transformers.integrations import is_deepspeed_zero3_enabled
+
+    if not is_deepspeed_zero3_enabled():
+        return nullcontext()
+    import deepspeed
+
+    return deepspeed.zero.GatheredParameters(list(model.parameters()))

@@ -1,15 +1,18 @@
 """On-policy preference pairs for the **user** turn, plus accuracy anchors, for DPO (`uturn mine`, `collab_dpo.py`).
 
 For each prompt the model answers greedily (the probe's self setting), writes the next user turn greedily and samples
-`mine_samples` more at each temperature of `mine_temperatures` above 0; the classifier labels every turn
-([`~uturn_train.probe.runner.run_probe`] does all of this). Each distinct turn labelled identity drift, repetition,
-new topic, empty or degenerate (greedy first) is the rejected side of one pair, whose chosen side is one of the
-prompt's turns labelled `followup`, in turn.
-Without a sampled follow-up, and with `mine_reference`, the data's real follow-up is chosen (`chosen_source:
-"reference"`), but only if the classifier calls it a follow-up of the model's own answer too (one written for another
-answer may not be grounded in this one). Acknowledgements are neither side. Pairing every bad turn, not only the
-greedy one, matters: a model's greedy turns tend to share one template, and DPO lowers such a rejected set cheaply by
-moving away from that template's details while keeping its opening; diverse rejected turns share only the opening.
+`mine_samples` more at each temperature of `mine_temperatures` above 0; the classifier labels every turn and decides
+whether it is a *grounded* follow-up ([`~uturn_train.probe.runner.run_probe`] does all of this). The chosen side of a
+pair is a grounded follow-up of the prompt, never one that fits any answer: such a question ("Can you explain it like
+I'm 10?") is easy to learn and says nothing about this conversation, so a follow-up that is not grounded is a rejected
+side, with identity drift, repetition, new topic, empty and degenerate turns. Each distinct rejected turn (greedy
+first) is paired with one of the prompt's grounded follow-ups, in turn. Without a sampled one, and with
+`mine_reference`, the data's real follow-up is chosen (`chosen_source: "reference"`), if it is a grounded follow-up
+of the model's own answer too (one written for another answer may not be). Acknowledgements are neither side. The
+chosen set is kept diverse: one (normalised) text is the chosen side of at most `mine_max_chosen_share` of the
+follow-up pairs, so no single question dominates. Pairing every bad turn, not only the greedy one, matters: a model's
+greedy turns tend to share one template, and DPO lowers such a rejected set cheaply by moving away from that
+template's details while keeping its opening; diverse rejected turns share only the opening.
 
 Anchor pairs keep accuracy from drifting while the user turn moves: on prompts with a gold answer (GSM8K format),
 each wrong answer among the greedy and `mine_samples` sampled ones is rejected against a correct one (else, with
@@ -27,21 +30,21 @@ import logging
 import math
 import time
 from collections import Counter, defaultdict
-from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
-from itertools import cycle, islice
+from itertools import cycle
 from pathlib import Path
 
-from .distributed import map_sharded
+from .data import check_source, prompt_examples
+from .distributed import gathered_if_zero3, map_sharded
 from .generation import generate
 from .io import atomic_dir, ensure_writable_dir, write_json
+from .probe.grounding import derangement, is_grounded, normalize_turn
 from .probe.settings import prefixed
 from .tasks import gsm8k
 from .tasks.base import Example
 
 logger = logging.getLogger(__name__)
 
-SOURCES = ("testbed", "gsm8k", "oasst", "conversations")
 REJECTABLE = ("identity_drift", "repetition", "new_topic", "empty", "degenerate")
 CARD = "mining_card.json"
 
@@ -59,6 +62,8 @@ class MiningArguments(prefixed("mine_", exclude=("setting",), max_new_tokens=64,
             `gsm8k` (`mine_data` file, default the hub's train split), `oasst` (tree file, default the hub's validation
             split) or `conversations` (a `{"messages"}` jsonl: the first user turn is the query, the next assistant
             turn the reference answer, the user turn after it the reference follow-up).
+        mine_max_chosen_share (`float`, *optional*, defaults to `0.02`): the largest share of the follow-up pairs whose
+            chosen side is one and the same text (normalised; at least 2 pairs), so that no question dominates.
         anchor_ratio (`float`, *optional*, defaults to `0.25`): anchor pairs per follow-up pair; 0 disables them.
             Anchor answers are sampled at the highest of `mine_temperatures`, `mine_samples` per prompt.
     """
@@ -68,54 +73,19 @@ class MiningArguments(prefixed("mine_", exclude=("setting",), max_new_tokens=64,
     mine_limit: int | None = field(default=256, metadata={"help": "Prompts to mine."})
     mine_reference: bool = field(default=True, metadata={"help": "Fall back on the data's follow-ups/solutions."})
     anchor_ratio: float = field(default=0.25, metadata={"help": "Anchor pairs per follow-up pair (0 = none)."})
+    mine_max_chosen_share: float = field(default=0.02, metadata={"help": "Most pairs one chosen text may have."})
 
     def __post_init__(self):
         super().__post_init__()
-        if self.mine_source not in SOURCES:
-            raise ValueError(f"mine_source {self.mine_source!r} is not one of {SOURCES}")
-        if self.mine_source == "conversations" and not self.mine_data:
-            raise ValueError("mine_source `conversations` needs mine_data: a jsonl of {\"messages\": [...]} rows")
+        check_source(self.mine_source, self.mine_data, option="mine")
         if self.anchor_ratio < 0:
             raise ValueError(f"anchor_ratio must be >= 0, got {self.anchor_ratio}")
-
-
-def conversation_examples(conversations: list[list[dict]], prefix: str) -> list[Example]:
-    """Mining prompts from conversations: first user turn, the assistant's answer, and the user turn after it."""
-    examples = []
-    for n, messages in enumerate(conversations):
-        i = next((i for i, m in enumerate(messages[:-1]) if m["role"] == "user"), None)
-        if i is None or messages[i + 1]["role"] != "assistant":
-            continue  # nothing answered: no reference answer to ground a follow-up in
-        answer = messages[i + 1]["content"]
-        after = messages[i + 2] if len(messages) > i + 2 and messages[i + 2]["role"] == "user" else None
-        examples.append(Example(
-            id=f"{prefix}-{n}", query=messages[i]["content"], answer=answer,
-            gold=gsm8k.extract_answer(answer) if "####" in answer else None,
-            reference_followup=after["content"] if after else None, meta={"history": messages[:i]},
-        ))
-    return examples
+        if not 0 < self.mine_max_chosen_share <= 1:
+            raise ValueError(f"mine_max_chosen_share must be in (0, 1], got {self.mine_max_chosen_share}")
 
 
 def mining_examples(args: MiningArguments) -> list[Example]:
-    from .data import read_conversations
-    from .tasks import _hub_rows, load_task
-
-    if args.mine_source in ("testbed", "conversations"):
-        if not args.mine_data:
-            raise ValueError("mine_source `testbed` reads the built testbed's conversations.jsonl: pass it as "
-                             "mine_data (the uturn commands and recipes fill it in, see `uturn_train.testbed.resolve`)")
-        prefix = "testbed-train" if args.mine_source == "testbed" else "conversations"
-        examples = conversation_examples(read_conversations(args.mine_data, args.mine_limit), prefix)
-    elif args.mine_source == "gsm8k" and args.mine_data is None:
-        # load_task's default is the test split, which the probe measures on: mine the train split.
-        rows = _hub_rows("openai/gsm8k", "main", "train")
-        examples = [gsm8k.to_example(row, i, where, prefix="gsm8k-train")
-                    for i, (where, row) in enumerate(islice(rows, args.mine_limit))]
-    else:
-        examples = load_task(args.mine_source, data=args.mine_data, limit=args.mine_limit)
-    if not examples:
-        raise ValueError(f"mine_source {args.mine_source!r} gave no prompt with a user turn answered by the assistant")
-    return examples
+    return prompt_examples(args.mine_source, args.mine_data, args.mine_limit, option="mine")
 
 
 def _pairs(ex: Example, kind: str, prompt: str, chosen: list[tuple], rejected: list[tuple]) -> list[dict]:
@@ -135,16 +105,33 @@ def _source(row: dict) -> str:
     return "greedy" if row["temperature"] == 0 else "sample"
 
 
-def followup_pairs(ex: Example, answer: str, turns: list[dict], use_reference: bool) -> list[dict]:
-    """The follow-up pairs of one prompt from its labelled user turns (greedy first, then the samples)."""
-    from .probe.classify import classify_turn
+def followup_pairs(ex: Example, answer: str, turns: list[dict], other: tuple[str, str] | None,
+                   use_reference: bool) -> list[dict]:
+    """The follow-up pairs of one prompt from its labelled user turns (greedy first, then the samples).
 
-    rejected = [(r["user_turn"], r["label"], _source(r)) for r in turns if r["label"] in REJECTABLE]
-    chosen = [(r["user_turn"], "followup", _source(r)) for r in turns if r["label"] == "followup"]
-    if (not chosen and rejected and use_reference and ex.reference_followup
-            and classify_turn(ex.query, answer, ex.reference_followup).is_followup):
-        chosen = [(ex.reference_followup, "followup", "reference")]
+    `turns` carry `label` and `grounded` (see [`~uturn_train.probe.runner.run_probe`]); `other` is the mismatched
+    context (query, answer) that decides whether the reference follow-up is grounded in the model's answer.
+    """
+    rejected = [(r["user_turn"], r["label"] if r["label"] != "followup" else "ungrounded_followup", _source(r))
+                for r in turns if r["label"] in REJECTABLE or (r["label"] == "followup" and not r["grounded"])]
+    chosen = [(r["user_turn"], "grounded_followup", _source(r)) for r in turns if r["grounded"]]
+    if (not chosen and rejected and use_reference and ex.reference_followup and other is not None
+            and is_grounded(ex.query, answer, ex.reference_followup, *other).grounded):
+        chosen = [(ex.reference_followup, "grounded_followup", "reference")]
     return _pairs(ex, "followup", turns[0]["user_prompt"], chosen, rejected) if turns else []
+
+
+def diverse(pairs: list[dict], max_share: float) -> list[dict]:
+    """`pairs` without those whose chosen text (normalised) already is the chosen side of `max_share` of them (at
+    least 2), in order: no single follow-up may dominate what DPO is taught to prefer."""
+    cap = max(2, math.floor(max_share * len(pairs)))
+    seen, kept = Counter(), []
+    for pair in pairs:
+        text = normalize_turn(pair["chosen"])
+        if seen[text] < cap:
+            seen[text] += 1
+            kept.append(pair)
+    return kept
 
 
 def anchor_pairs(ex: Example, answer: dict, samples: list, use_reference: bool) -> list[dict]:
@@ -157,19 +144,6 @@ def anchor_pairs(ex: Example, answer: dict, samples: list, use_reference: bool) 
     return _pairs(ex, "anchor", answer["answer_prompt"], chosen, rejected)
 
 
-def _gathered_if_zero3(model):
-    # Mining runs before the trainer wraps the model, so under ZeRO-3 (zero3_init_flag) the parameters are still
-    # partitioned without the engine's hooks: gather them once for the whole of mining, as TRL's
-    # `unwrap_model_for_generation` does. A collective: every rank gets here.
-    from transformers.integrations import is_deepspeed_zero3_enabled
-
-    if not is_deepspeed_zero3_enabled():
-        return nullcontext()
-    import deepspeed
-
-    return deepspeed.zero.GatheredParameters(list(model.parameters()))
-
-
 def mine_pairs(model, tokenizer, examples: list[Example], args: MiningArguments, state=None) -> tuple[list[dict], dict]:
     """Mine preference pairs (see the module docstring); every process of `state` must call this.
 
@@ -180,13 +154,17 @@ def mine_pairs(model, tokenizer, examples: list[Example], args: MiningArguments,
 
     start = time.perf_counter()
     settings = args.settings()
-    with _gathered_if_zero3(model):
+    with gathered_if_zero3(model):
         run = run_probe(model, tokenizer, examples, settings, state=state)
         turns = defaultdict(list)
         for row in run.rows:
             turns[row["index"]].append(row)
-        pairs = [p for a in run.answers
-                 for p in followup_pairs(examples[a["index"]], a["answer"], turns[a["index"]], args.mine_reference)]
+        other = derangement(len(examples), settings.seed) if len(examples) > 1 else None
+        pairs = [p for a in run.answers for p in followup_pairs(
+            examples[a["index"]], a["answer"], turns[a["index"]],
+            (examples[other[a["index"]]].query, run.answers[other[a["index"]]]["answer"]) if other else None,
+            args.mine_reference)]
+        pairs = diverse(pairs, args.mine_max_chosen_share)
         n_anchors = round(args.anchor_ratio * len(pairs))
         temperature = max(settings.temperatures, default=0.0)
         if n_anchors and temperature == 0:
@@ -210,7 +188,9 @@ def mine_pairs(model, tokenizer, examples: list[Example], args: MiningArguments,
         logger.warning("mined %d anchor pairs of the %d asked for (anchor_ratio %g)", len(anchors), n_anchors,
                        args.anchor_ratio)
     pairs += anchors[:n_anchors]
-    rates = {f"followup_rate_T{s['temperature']:g}": s["followup_rate"] for s in run.summary["settings"]}
+    rates = {f"{key}_T{s['temperature']:g}": s[key] for s in run.summary["settings"]
+             for key in ("followup_rate", "grounded_followup_rate")}
+    chosen = [normalize_turn(p["chosen"]) for p in pairs if p["kind"] == "followup"]
     card = {
         "n_prompts": len(examples), "n_pairs": len(pairs),
         "kind": dict(Counter(p["kind"] for p in pairs)),
@@ -218,6 +198,12 @@ def mine_pairs(model, tokenizer, examples: list[Example], args: MiningArguments,
         "rejected_label": dict(Counter(f"{p['kind']}:{p['rejected_label']}" for p in pairs)),
         "chosen_source": dict(Counter(f"{p['kind']}:{p['chosen_source']}" for p in pairs)),
         "rejected_source": dict(Counter(f"{p['kind']}:{p['rejected_source']}" for p in pairs)),
+        "chosen_followups": {
+            "grounded_share": sum(p["chosen_label"] == "grounded_followup" for p in pairs
+                                  if p["kind"] == "followup") / max(1, len(chosen)),
+            "distinct_share": len(set(chosen)) / max(1, len(chosen)),
+            "most_common": Counter(chosen).most_common(3),
+        },
         "policy": {"accuracy": run.summary["accuracy"], **rates,
                    "categories": {f"T{s['temperature']:g}": s["categories"] for s in run.summary["settings"]}},
         "settings": asdict(args),
@@ -225,9 +211,10 @@ def mine_pairs(model, tokenizer, examples: list[Example], args: MiningArguments,
     }
     if not any(p["kind"] == "followup" for p in pairs):
         raise ValueError(
-            f"no follow-up pair mined from {len(examples)} prompts (follow-up rates "
-            f"{', '.join(f'{k} {v:.2f}' for k, v in rates.items())}): raise mine_limit or mine_samples, or allow "
-            "reference follow-ups (mine_reference) with a source that has them"
+            f"no follow-up pair mined from {len(examples)} prompts (rates "
+            f"{', '.join(f'{k} {v:.2f}' for k, v in rates.items() if v is not None)}): no grounded follow-up to "
+            "choose; raise mine_limit or mine_samples, or allow reference follow-ups (mine_reference) with a source "
+            "that has them"
         )
     return pairs, card
 

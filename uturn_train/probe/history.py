@@ -19,6 +19,7 @@ def report_probe_history(output_dir: str | Path, title: str = "") -> list[dict]:
     from rich.console import Console
     from rich.table import Table
 
+    from .job import rate_with_ci
     from .plot import plot_probe_history
 
     records = read_probe_history(output_dir)
@@ -27,13 +28,19 @@ def report_probe_history(output_dir: str | Path, title: str = "") -> list[dict]:
         return records
     temperatures = [s["temperature"] for s in next((r for r in records if r["settings"]), records[0])["settings"]]
     table = Table(title=f"User-turn probe per checkpoint{' · ' + title if title else ''}")
-    for col in ["step", "accuracy", *[f"follow-up T={t:g} [95% CI]" for t in temperatures], "seconds", "error"]:
+    columns = [f"{kind} T={t:g}" for t in temperatures for kind in ("follow-up", "grounded", "distinct")]
+    for col in ["step", "accuracy", *columns, "seconds", "error"]:
         table.add_column(col, justify="right")
     for r in records:
         by_t = {s["temperature"]: s for s in r["settings"]}
-        rates = [f"{by_t[t]['followup_rate']:.3f} [{by_t[t]['ci95'][0]:.2f}, {by_t[t]['ci95'][1]:.2f}]"
-                 if t in by_t else "-" for t in temperatures]
-        table.add_row(str(r["step"]), "-" if r["accuracy"] is None else f"{r['accuracy']:.3f}", *rates,
+        cells = []
+        for t in temperatures:
+            s = by_t.get(t, {})
+            distinct = s.get("distinct_followups")
+            cells += [rate_with_ci(s.get("followup_rate"), s.get("ci95")),
+                      rate_with_ci(s.get("grounded_followup_rate"), s.get("grounded_ci95")),
+                      "-" if distinct is None else f"{distinct:.2f}"]
+        table.add_row(str(r["step"]), "-" if r["accuracy"] is None else f"{r['accuracy']:.3f}", *cells,
                       f"{r['seconds']:.0f}", r["error"] or "")
     Console().print(table)
     plot_probe_history(records, Path(output_dir) / "probe_history.png", title=title)

@@ -34,6 +34,10 @@ class ProbeScriptArguments:
     out: str = field(default="uturn_probe", metadata={"help": "Output directory."})
 
 
+def rate_with_ci(rate: float | None, ci: list[float] | None) -> str:
+    return "-" if rate is None else f"{rate:.3f} [{ci[0]:.2f}, {ci[1]:.2f}]"
+
+
 def print_table(result: dict) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -42,11 +46,14 @@ def print_table(result: dict) -> None:
              "new_topic": "new", "empty": "empty", "degenerate": "degen"}
     table = Table(title=f"{result.get('model', '')} · {result.get('task', '')} · {result['setting']} · "
                         f"{result['n_prompts']} prompts")
-    for col in ["T", "k", "n", "follow-up rate", "95% CI", *[short[label] for label in LABELS]]:
+    for col in ["T", "k", "n", "follow-up [95% CI]", "grounded [95% CI]", "distinct",
+                *[short[label] for label in LABELS]]:
         table.add_column(col, justify="right")
     for s in result["settings"]:
-        table.add_row(f"{s['temperature']:g}", str(s["samples"]), str(s["n"]), f"{s['followup_rate']:.3f}",
-                      f"[{s['ci95'][0]:.3f}, {s['ci95'][1]:.3f}]",
+        table.add_row(f"{s['temperature']:g}", str(s["samples"]), str(s["n"]),
+                      rate_with_ci(s["followup_rate"], s["ci95"]),
+                      rate_with_ci(s.get("grounded_followup_rate"), s.get("grounded_ci95")),
+                      "-" if s.get("distinct_followups") is None else f"{s['distinct_followups']:.2f}",
                       *[f"{s['categories'][label]:.2f}" for label in LABELS])
     console = Console()
     if result["settings"]:

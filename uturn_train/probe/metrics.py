@@ -1,9 +1,10 @@
-"""Follow-up rates with Wilson intervals, per decoding setting and across temperatures."""
+"""Follow-up and grounded follow-up rates with Wilson intervals, per decoding setting and across temperatures."""
 
 import math
 from collections import Counter
 
 from .classify import LABELS
+from .grounding import normalize_turn
 
 
 def wilson_interval(successes: int, n: int, z: float = 1.959964) -> tuple[float, float]:
@@ -20,28 +21,49 @@ def wilson_interval(successes: int, n: int, z: float = 1.959964) -> tuple[float,
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
-def summarize_setting(temperature: float, samples: int, labels: list[str]) -> dict:
-    """One entry of `results.json`'s `settings`: every sample counts in `n`, empty and degenerate ones included."""
+def summarize_setting(temperature: float, samples: int, labels: list[str], grounded: list[bool | None] | None = None,
+                      turns: list[str] | None = None) -> dict:
+    """One entry of `results.json`'s `settings`: every sample counts in `n`, empty and degenerate ones included.
+
+    Args:
+        labels (`list[str]`): the label of every user turn of this setting.
+        grounded (`list[bool | None]`, *optional*): per turn, whether it is a grounded follow-up (None: undefined, e.g.
+            a single prompt has no mismatched context); gives `grounded_followup_rate` and `grounded_ci95`.
+        turns (`list[str]`, *optional*): the turns' texts; gives `distinct_followups`, the distinct normalised follow-up
+            texts over the follow-ups (None without follow-ups): 1.0 when every follow-up is its own, near 0 when one
+            memorised question makes them all.
+    """
     n = len(labels)
     counts = Counter(labels)
     unknown = set(counts) - set(LABELS)
     if unknown:
         raise ValueError(f"unknown labels {sorted(unknown)}; expected one of {LABELS}")
     followups = counts["followup"]
-    lo, hi = wilson_interval(followups, n)
-    return {
+    summary = {
         "temperature": temperature,
         "samples": samples,
         "followup_rate": followups / n if n else None,
-        "ci95": [lo, hi],
+        "ci95": list(wilson_interval(followups, n)),
         "n": n,
         "categories": {label: (counts[label] / n if n else 0.0) for label in LABELS},
     }
+    if grounded is not None:
+        defined = n > 0 and None not in grounded
+        hits = sum(map(bool, grounded)) if defined else 0
+        summary["grounded_followup_rate"] = hits / n if defined else None
+        summary["grounded_ci95"] = list(wilson_interval(hits, n)) if defined else None
+    if turns is not None:
+        texts = [normalize_turn(t) for t, label in zip(turns, labels) if label == "followup"]
+        summary["distinct_followups"] = len(set(texts)) / len(texts) if texts else None
+    return summary
 
 
 def across_temperatures(settings: list[dict]) -> dict:
-    """The maximum and mean follow-up rate over the probed temperatures (the paper reports the maximum)."""
-    rates = [s["followup_rate"] for s in settings if s["followup_rate"] is not None]
-    if not rates:
-        return {"followup_rate_max": None, "followup_rate_mean": None}
-    return {"followup_rate_max": max(rates), "followup_rate_mean": sum(rates) / len(rates)}
+    """The maximum and mean follow-up (and grounded) rate over the probed temperatures (the paper reports the max)."""
+    out = {}
+    for key, name in (("followup_rate", "followup_rate"), ("grounded_followup_rate", "grounded_followup_rate")):
+        rates = [s[key] for s in settings if s.get(key) is not None]
+        if key == "followup_rate" or rates:
+            out[f"{name}_max"] = max(rates) if rates else None
+            out[f"{name}_mean"] = sum(rates) / len(rates) if rates else None
+    return out

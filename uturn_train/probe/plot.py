@@ -16,22 +16,27 @@ def _figure():
 
 def plot_followup_vs_temperature(settings: list[dict], accuracy: float | None, path: str | Path,
                                  title: str = "") -> None:
-    """Follow-up rate with its Wilson 95% interval at each temperature; task accuracy as a dashed line."""
+    """Follow-up and grounded follow-up rates with their Wilson 95% intervals at each temperature; task accuracy as a
+    dashed line."""
     plt = _figure()
     temps = [s["temperature"] for s in settings]
-    rates = [s["followup_rate"] or 0.0 for s in settings]
-    lo = [r - s["ci95"][0] for r, s in zip(rates, settings)]
-    hi = [s["ci95"][1] - r for r, s in zip(rates, settings)]
     fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
-    ax.errorbar(temps, rates, yerr=[lo, hi], marker="o", capsize=4, label="follow-up rate (95% CI)")
-    for t, r, s in zip(temps, rates, settings):
-        ax.annotate(f"{r:.2f} (n={s['n']})", (t, r), textcoords="offset points", xytext=(6, 6), fontsize=8)
+    for key, ci, name, marker in (("followup_rate", "ci95", "follow-up rate", "o"),
+                                  ("grounded_followup_rate", "grounded_ci95", "grounded follow-up rate", "D")):
+        points = [(t, s[key], s[ci], s["n"]) for t, s in zip(temps, settings) if s.get(key) is not None]
+        if not points:
+            continue
+        rates = [r for _, r, _, _ in points]
+        yerr = [[r - c[0] for _, r, c, _ in points], [c[1] - r for _, r, c, _ in points]]
+        ax.errorbar([t for t, *_ in points], rates, yerr=yerr, marker=marker, capsize=4, label=f"{name} (95% CI)")
+        for t, r, _, n in points:
+            ax.annotate(f"{r:.2f} (n={n})", (t, r), textcoords="offset points", xytext=(6, 6), fontsize=8)
     if accuracy is not None:
         ax.axhline(accuracy, color="tab:green", linestyle="--", label=f"accuracy (greedy) = {accuracy:.2f}")
     ax.set_xlabel("temperature (0 = greedy)")
     ax.set_ylabel("share of user turns")
     ax.set_ylim(0, 1)
-    ax.set_title(title or "User-turn probe: genuine follow-ups")
+    ax.set_title(title or "User-turn probe: follow-ups and grounded follow-ups")
     ax.grid(alpha=0.3)
     ax.legend(loc="upper left", fontsize=8)
     fig.tight_layout()
@@ -41,8 +46,8 @@ def plot_followup_vs_temperature(settings: list[dict], accuracy: float | None, p
 
 
 def plot_probe_history(records: list[dict], path: str | Path, title: str = "") -> None:
-    """Follow-up rate per temperature (95% interval as a band) and accuracy against the training step, from the
-    records of `probe_history.jsonl`; records of failed probes are skipped."""
+    """Follow-up rate (solid) and grounded follow-up rate (dashed) per temperature, 95% intervals as bands, and
+    accuracy against the training step, from the records of `probe_history.jsonl`; failed probes are skipped."""
     plt = _figure()
     records = sorted((r for r in records if r["settings"]), key=lambda r: r["step"])
     fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
@@ -50,10 +55,15 @@ def plot_probe_history(records: list[dict], path: str | Path, title: str = "") -
     for t in temperatures:
         points = [(r["step"], s) for r in records for s in r["settings"] if s["temperature"] == t]
         steps = [step for step, _ in points]
-        line, = ax.plot(steps, [s["followup_rate"] or 0.0 for _, s in points], marker="o",
-                        label=f"follow-up rate, {'greedy' if t == 0 else f'T={t:g}'}")
+        name = "greedy" if t == 0 else f"T={t:g}"
+        (line,) = ax.plot(steps, [s["followup_rate"] or 0.0 for _, s in points], marker="o",
+                          label=f"follow-up rate, {name}")
         ax.fill_between(steps, [s["ci95"][0] for _, s in points], [s["ci95"][1] for _, s in points],
                         color=line.get_color(), alpha=0.15)
+        grounded = [(step, s) for step, s in points if s.get("grounded_followup_rate") is not None]
+        if grounded:
+            ax.plot([step for step, _ in grounded], [s["grounded_followup_rate"] for _, s in grounded], marker="D",
+                    linestyle=":", color=line.get_color(), label=f"grounded follow-up rate, {name}")
     graded = [r for r in records if r["accuracy"] is not None]
     if graded:
         ax.plot([r["step"] for r in graded], [r["accuracy"] for r in graded], marker="s", linestyle="--",

@@ -1,5 +1,9 @@
 """The user-turn probe: answer (self setting) or take the real answer (heldout), generate the next user turn, classify.
 
+Every turn is also tested for being a *grounded* follow-up ([`~uturn_train.probe.grounding.is_grounded`]): its
+mismatched context is the query and answer of another prompt of the same probe, paired by a derangement seeded with
+`settings.seed`, so the control is the same for every model probed on the same prompts.
+
 Used alike by `uturn probe`, `eval/probe.py`, `eval/gsm8k.py`, mining and the training callback. Under several
 processes each rank generates for an equal share of the prompts ([`~uturn_train.distributed.map_sharded`]); the
 generations are gathered and every rank classifies the same full set, so all ranks return identical results.
@@ -13,6 +17,7 @@ from ..generation import generate
 from ..tasks import gsm8k
 from ..tasks.base import Example
 from .classify import classify_turn
+from .grounding import derangement, is_grounded
 from .metrics import across_temperatures, summarize_setting
 from .settings import ProbeSettings
 
@@ -23,8 +28,9 @@ class ProbeRun:
 
     Args:
         summary (`dict`): `n_prompts`, `accuracy`, `accuracy_strict`, `accuracy_flexible` (None without gold
-            answers or in the heldout setting), `settings` (one entry per temperature, see `summarize_setting`),
-            `followup_rate_max`, `followup_rate_mean`.
+            answers or in the heldout setting), `settings` (one entry per temperature, see `summarize_setting`:
+            follow-up and grounded follow-up rates with Wilson intervals, distinct follow-ups, label shares),
+            `followup_rate_max`/`_mean`, `grounded_followup_rate_max`/`_mean`.
         rows (`list[dict]`): one per generated user turn (the `samples.jsonl` schema).
         answers (`list[dict]`): one per prompt: the answer the user turn reacts to, and its correctness.
     """
@@ -109,6 +115,8 @@ def run_probe(model, tokenizer, examples: list[Example], settings: ProbeSettings
         examples, lambda shard, rank: _generate_shard(model, tokenizer, shard, settings, rank, not show), state)
 
     headers = role_header_starts(tokenizer)
+    # Each prompt's mismatched context for the grounded decision: another prompt's query and answer (none if alone).
+    other = derangement(len(examples), settings.seed) if len(examples) > 1 else None
     answers, rows = [], []
     for index, (ex, g) in enumerate(zip(examples, generated)):
         answers.append({"index": index, "id": ex.id, "query": ex.query, "answer_prompt": g["answer_prompt"],
@@ -121,18 +129,28 @@ def run_probe(model, tokenizer, examples: list[Example], settings: ProbeSettings
                 # turn that hands over to the assistant identity drift.
                 turn = out.text + out.stop if out.stop in headers else out.text
                 verdict = classify_turn(ex.query, a["answer"], turn, finish_reason=out.finish_reason)
+                grounding = None
+                if other is not None:
+                    o = answers[other[a["index"]]]
+                    grounding = is_grounded(ex.query, a["answer"], turn, o["query"], o["answer"], verdict=verdict,
+                                            finish_reason=out.finish_reason)
                 rows.append({
                     "index": a["index"], "id": ex.id, "temperature": temperature, "sample_index": s,
                     "query": ex.query, "answer": a["answer"], "answer_prompt": a["answer_prompt"],
                     "answer_correct": a["answer_correct"], "user_prompt": g["user_prompt"], "user_turn": turn,
-                    "label": verdict.label, "reason": verdict.reason, "finish_reason": out.finish_reason,
+                    "label": verdict.label, "reason": verdict.reason,
+                    "grounded": grounding.grounded if grounding else None,
+                    "mismatch_label": grounding.mismatch_label if grounding else None,
+                    "mismatch_index": other[a["index"]] if other else None, "finish_reason": out.finish_reason,
                     "completion_tokens": out.completion_tokens, "reference_followup": ex.reference_followup,
                 })
 
     summaries = []
     for temperature in settings.temperatures:
-        labels = [r["label"] for r in rows if r["temperature"] == temperature]
-        summaries.append(summarize_setting(temperature, 1 if temperature == 0 else settings.samples, labels))
+        of_t = [r for r in rows if r["temperature"] == temperature]
+        summaries.append(summarize_setting(temperature, 1 if temperature == 0 else settings.samples,
+                                           [r["label"] for r in of_t], grounded=[r["grounded"] for r in of_t],
+                                           turns=[r["user_turn"] for r in of_t]))
     graded = settings.setting == "self" and any(a["gold"] is not None for a in answers)
     summary = {
         "setting": settings.setting,

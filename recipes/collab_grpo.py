@@ -1,0 +1,90 @@
+"""Collaboration GRPO: online RL on the **user** turn, rewarded by grounded follow-ups and kept honest by accuracy.
+
+The prompts are user-turn prompts, the conversation (query, then the policy's own answer, generated once before
+training, or the data's with `--prompt_setting heldout`) cut at the user header exactly as the probe builds them, and
+`anchor_share` of ordinary problems that the policy answers (`uturn_train/rl_data.py`). Generation stops at the
+template's end of turn and at any role header. Rewards (`uturn_train/rewards.py`, weights in `reward_weights`): the
+probe's verdict on the user turn (+1 grounded follow-up, 0.25 a follow-up that fits any answer, -1 drift, repetition,
+empty or degenerate), a length guard, and GSM8K-style correctness on the anchors; TRL logs each as
+`rewards/<name>/mean`. LoRA, the user-turn probe at step 0 and at every save, and at the end a table of the probe
+history and `output_dir/probe_history.png`.
+
+# The testbed on a CPU (builds the testbed first if it is missing)
+```bash
+accelerate launch --config_file accelerate_configs/cpu.yaml recipes/collab_grpo.py --config recipes/testbed/collab_grpo.yaml
+accelerate launch --config_file accelerate_configs/cpu.yaml recipes/collab_grpo.py --config recipes/testbed/collab_grpo.yaml --loss_type dr_grpo --beta 0.04
+```
+
+# Qwen3.5-2B with LoRA: one GPU (generation with transformers), or vLLM colocated / as a server
+```bash
+accelerate launch --config_file accelerate_configs/single_gpu.yaml recipes/collab_grpo.py --config recipes/qwen3.5-2b/collab_grpo.yaml
+accelerate launch --config_file accelerate_configs/single_gpu.yaml recipes/collab_grpo.py --config recipes/qwen3.5-2b/collab_grpo.yaml --use_vllm --vllm_mode colocate
+# vLLM in its own environment (it pins an older transformers): `trl vllm-serve --model Qwen/Qwen3.5-2B` there, then
+accelerate launch --config_file accelerate_configs/multi_gpu.yaml --num_processes 7 recipes/collab_grpo.py --config recipes/qwen3.5-2b/collab_grpo.yaml --use_vllm --vllm_mode server
+```
+"""
+
+
+def main(training_args, model_args, probe_args, rl_args):
+    from datasets import Dataset
+    from transformers.integrations import is_deepspeed_zero3_enabled
+    from trl import GRPOTrainer
+
+    from uturn_train import UserTurnProbeCallback
+    from uturn_train.chat import role_header_starts, stop_strings
+    from uturn_train.distributed import gathered_if_zero3
+    from uturn_train.models import load_model, load_tokenizer, lora_config
+    from uturn_train.probe.history import report_probe_history
+    from uturn_train.rewards import LengthGuard, UserTurnReward, accuracy
+    from uturn_train.rl_data import grpo_rows, rl_examples
+    from uturn_train.testbed import resolve
+    from uturn_train.tracking import wandb_offline_unless_logged_in
+
+    wandb_offline_unless_logged_in(training_args.report_to)
+    name = model_args.model_name_or_path
+    with training_args.main_process_first(desc="resolving `testbed`"):  # one process builds it if it is missing
+        resolve(model_args, probe_args, rl_args)
+    tokenizer = load_tokenizer(model_args.model_name_or_path, revision=model_args.model_revision)
+    model = load_model(model_args.model_name_or_path, model_args.dtype, revision=model_args.model_revision,
+                       attn_implementation=model_args.attn_implementation)
+    # GRPOTrainer ends a completion at any of the model's eos ids: make those the template's end-of-turn and role-header
+    # tokens, as the probe stops. Stops that are plain text (`"\nUser:"`) would need `stop_strings`, which TRL's
+    # generate call cannot take (it passes no tokenizer).
+    added, stops = tokenizer.get_added_vocab(), stop_strings(tokenizer)
+    if any(s not in added for s in stops):
+        raise ValueError(f"the chat template of {name!r} ends turns with plain text {[s for s in stops if s not in added]}"
+                         ", not special tokens: GRPO generation cannot stop there")
+    model.generation_config.eos_token_id = sorted({added[s] for s in stops})
+    callback = UserTurnProbeCallback(probe_args, tokenizer)  # bad probe options fail here, before any generation
+
+    examples = rl_examples(rl_args)
+    state = training_args.distributed_state if training_args.world_size > 1 else None
+    if not is_deepspeed_zero3_enabled():  # ZeRO-3 placed its partitions already
+        model.to(training_args.device)
+    with gathered_if_zero3(model):
+        rows = grpo_rows(model, tokenizer, examples, rl_args, state=state)
+    n_anchors = sum(r["kind"] == "anchor" for r in rows)
+    print(f"{len(rows) - n_anchors} user-turn prompts ({rl_args.prompt_setting} answers) and {n_anchors} anchor "
+          f"problems from {rl_args.prompt_source!r}")
+
+    rewards = [UserTurnReward(tokenizer, role_header_starts(tokenizer)), LengthGuard(rl_args.user_turn_budget), accuracy]
+    trainer = GRPOTrainer(model=model, reward_funcs=rewards, args=training_args, train_dataset=Dataset.from_list(rows),
+                          processing_class=tokenizer, peft_config=lora_config(model_args), callbacks=[callback])
+    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    trainer.save_model(training_args.output_dir)
+    if trainer.accelerator.is_main_process:
+        report_probe_history(training_args.output_dir, title=f"{name} · collab GRPO ({training_args.loss_type})")
+    trainer.end()
+
+
+def make_parser():
+    from trl import GRPOConfig, ModelConfig, TrlParser
+
+    from uturn_train import ProbeArguments
+    from uturn_train.rl_data import RLArguments
+
+    return TrlParser((GRPOConfig, ModelConfig, ProbeArguments, RLArguments))
+
+
+if __name__ == "__main__":
+    main(*make_parser().parse_args_and_config())

@@ -1,0 +1,77 @@
+"""Reward functions for online RL on the user turn (`recipes/collab_grpo.py`), in TRL's `reward_funcs` signature.
+
+Each is called with the batch's `prompts`, `completions` (decoded text) and `completion_ids`, plus the data set's extra
+columns (see [`~uturn_train.rl_data.grpo_dataset`]): `kind` (`user_turn` or `anchor`), `query`, `answer` (what the
+user turn reacts to), `other_query`/`other_answer` (a mismatched context, for the grounded decision) and `gold`. A
+function returns one float per completion, or None where it does not apply (TRL leaves those out of the sum), and TRL
+logs each function's mean as `rewards/<name>/mean`.
+
+- [`UserTurnReward`]: the user-turn probe's verdict as a reward: +1 for a grounded follow-up, less for one that fits any
+  answer, 0 for thanks, below 0 for a new topic, and -1 for identity drift, repetition, empty or degenerate turns.
+- [`LengthGuard`]: a penalty for user turns longer than a budget, so a turn cannot gain by padding.
+- [`accuracy`]: 1 for a correct answer to an anchor problem (`tasks.gsm8k.is_correct`), 0 otherwise.
+"""
+
+from .probe.classify import classify_turn
+from .probe.grounding import is_grounded
+from .tasks import gsm8k
+
+# The reward of each verdict. A generic follow-up ("Can you explain that more simply?") earns a quarter of a grounded
+# one: it is better than leaving the conversation, but a policy that learns one such question for every answer must
+# not max out the reward (the probe reports that as a low grounded rate and few distinct follow-ups).
+LABEL_REWARD = {"grounded": 1.0, "followup": 0.25, "acknowledgement": 0.0, "new_topic": -0.25,
+                "identity_drift": -1.0, "repetition": -1.0, "empty": -1.0, "degenerate": -1.0}
+
+
+class UserTurnReward:
+    """The verdict of the probe's classifier and grounded decision on a generated user turn, as a reward.
+
+    A completion that stopped on the start of another role's header (`<|im_start|>`) keeps that header, as in the
+    probe: the header is a special token that TRL's decoding drops, so it is put back from `completion_ids`.
+
+    Args:
+        tokenizer: the policy's tokenizer.
+        header_starts (`list[str]`): [`~uturn_train.chat.role_header_starts`] of its template.
+    """
+
+    __name__ = "user_turn"  # TRL names the logged reward after it
+
+    def __init__(self, tokenizer, header_starts: list[str]):
+        added = tokenizer.get_added_vocab()
+        self.header_ids = {added[h]: h for h in header_starts if h in added}
+
+    def turn(self, text: str, ids: list[int]) -> str:
+        return text + self.header_ids[ids[-1]] if ids and ids[-1] in self.header_ids else text
+
+    def __call__(self, completions, completion_ids, kind, query, answer, other_query, other_answer, **kwargs):
+        rewards = []
+        for text, ids, k, q, a, oq, oa in zip(completions, completion_ids, kind, query, answer, other_query,
+                                                other_answer):
+            if k != "user_turn":
+                rewards.append(None)
+                continue
+            turn = self.turn(text, ids)
+            verdict = classify_turn(q, a, turn)
+            if verdict.is_followup and is_grounded(q, a, turn, oq, oa, verdict=verdict).grounded:
+                rewards.append(LABEL_REWARD["grounded"])
+            else:
+                rewards.append(LABEL_REWARD[verdict.label])
+        return rewards
+
+
+class LengthGuard:
+    """0 for a user turn of at most `budget` tokens, then down linearly to -1 at twice the budget; None for answers."""
+
+    __name__ = "length_guard"
+
+    def __init__(self, budget: int):
+        self.budget = budget
+
+    def __call__(self, completion_ids, kind, **kwargs):
+        return [None if k != "user_turn" else -min(1.0, max(0, len(ids) - self.budget) / self.budget)
+                for ids, k in zip(completion_ids, kind)]
+
+
+def accuracy(completions, kind, gold, **kwargs):
+    """1 for a correct answer to an anchor problem, 0 for a wrong one (no number is wrong); None for user turns."""
+    return [None if k != "anchor" else float(gsm8k.is_correct(text, g)) for text, k, g in zip(completions, kind, gold)]
