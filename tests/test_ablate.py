@@ -1,6 +1,7 @@
 """`uturn ablate`: bad files fail before anything runs; dry run and SLURM script; and, on a tiny model, two runs end to
 end, interrupted after the first, resumed without repeating it, with a failing run reported while the others go on."""
 
+import contextlib
 import json
 import os
 import re
@@ -100,12 +101,71 @@ def _wait_for(predicate, timeout: float, what: str, proc: subprocess.Popen, log:
         time.sleep(0.5)
 
 
+def _kill_leftovers(proc: subprocess.Popen, log: Path) -> None:
+    """After a failed check: ablate and every run it started, so that a failing test leaves nothing running."""
+    for pgid in [proc.pid, *map(int, re.findall(r"running \(pid (\d+)\)", log.read_text()))]:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGKILL)
+
+
 def _group_alive(pgid: int) -> bool:
+    """Whether a live (not zombie) process of group `pgid` is left; orphans may wait as zombies for a PID 1 that
+    does not reap them."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # the process ended meanwhile
+            continue
+        if int(fields[2]) == pgid and fields[0] not in "ZX":
+            return True
+    return False
+
+
+SLEEPER = """import argparse, subprocess, time
+from pathlib import Path
+
+
+def make_parser():
+    parser = argparse.ArgumentParser()
+    for flag in ("--config", "--output_dir", "--run_name", "--steps"):
+        parser.add_argument(flag)
+    return parser
+
+
+if __name__ == "__main__":
+    args = make_parser().parse_args()
+    Path(args.output_dir, "grandchild.pid").write_text(str(subprocess.Popen(["sleep", "300"]).pid))
+    time.sleep(300)
+"""
+
+
+def test_sigterm_stops_the_whole_run_and_leaves_no_marker(tmp_path):
+    """A recipe that starts a grandchild and waits: SIGTERM (kill, scancel) to ablate ends all of them."""
+    recipes = tmp_path / "recipes"
+    recipes.mkdir()
+    (recipes / "sleeper.py").write_text(SLEEPER)
+    (tmp_path / "sleeper.yaml").write_text("steps: 1\n")
+    path = write_ablation(tmp_path, [{"recipe": "sleeper", "config": str(tmp_path / "sleeper.yaml")}])
+    out = tmp_path / "out"
+    wrapper = ("import sys; from pathlib import Path; import uturn_train.ablate as a; a.RECIPES = Path(sys.argv[1]); "
+               "a.main(sys.argv[2:])")
+    log = tmp_path / "ablate.log"
+    with open(log, "w") as f:
+        proc = subprocess.Popen([sys.executable, "-c", wrapper, str(recipes), "--config", str(path), "--out", str(out)],
+                                env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=f, stderr=subprocess.STDOUT,
+                                start_new_session=True)
     try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
+        _wait_for(lambda: (out / "sleeper" / "grandchild.pid").exists(), 120, "the grandchild", proc, log)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 130, log.read_text()
+    except BaseException:
+        _kill_leftovers(proc, log)
+        raise
+    child = int(re.search(r"sleeper: running \(pid (\d+)\)", log.read_text()).group(1))
+    alive = _group_alive(child)
+    _kill_leftovers(proc, log)
+    assert not alive, "accelerate, the recipe and its grandchild must all be gone"
+    assert not (out / "sleeper" / "ablation_run.json").exists()
 
 
 @pytest.mark.slow
@@ -144,11 +204,13 @@ def test_interrupted_ablation_resumes_without_repeating_a_finished_run(tiny_qwen
         time.sleep(3)  # well inside the second run (its imports take longer)
         proc.send_signal(signal.SIGINT)  # Ctrl-C
         assert proc.wait(timeout=60) == 130, log.read_text()
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+    except BaseException:
+        _kill_leftovers(proc, log)
+        raise
     child = int(pid.search(log.read_text()).group(1))
-    assert not _group_alive(child), "the interrupted run's processes must be gone"
+    alive = _group_alive(child)
+    _kill_leftovers(proc, log)
+    assert not alive, "the interrupted run's processes must be gone"
     assert "interrupted; its processes were stopped and no marker written" in log.read_text()
     assert not (second / "ablation_run.json").exists() and not (out / "broken").exists()
     marker = json.loads((first / "ablation_run.json").read_text())
