@@ -5,6 +5,7 @@ import contextlib
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -37,7 +38,8 @@ DPO = str(ROOT / "recipes" / "testbed" / "collab_dpo.yaml")
     ({"recipe": "collab_dpo", "config": "nowhere/dpo.yaml"}, {},
      r"runs\[1\] \(collab_dpo\): field `config`: nowhere/dpo.yaml does not exist"),
     ({"recipe": "collab_dpo", "config": DPO, "overrides": {"lossype": ["sigmoid"]}}, {},
-     r"runs\[1\] \(collab_dpo\): field `overrides.lossype`: not an option of recipes/collab_dpo.py; did you mean `loss_type`"),
+     (r"runs\[1\] \(collab_dpo\): field `overrides.lossype`: not an option of recipes/collab_dpo.py; did you "
+      r"mean `loss_type`")),
     ({"recipe": "collab_dpo", "config": DPO, "overrides": {"loss_scope": "user"}}, {},
      r"field `overrides.loss_scope`: not an option of recipes/collab_dpo.py"),  # an SFT option
     ({"recipe": "collab_dpo", "config": DPO, "overrides": {"max_steps": "ten"}}, {},
@@ -89,6 +91,17 @@ def test_names_dry_run_and_slurm_script(tmp_path, capsys):
     assert [r["name"] for r in plan["runs"]] == [r.name for r in runs]
     with pytest.raises(ValueError, match="--only nope: no such run"):
         main(["--config", str(path), "--out", str(tmp_path / "out"), "--only", "nope"])
+
+    # A run that finished with other settings (the file was edited since) is not skipped as if it were this one.
+    marker = {"exit_code": 0, "command": "accelerate launch recipes/collab_dpo.py --max_steps 5", "wall_seconds": 1}
+    (tmp_path / "out" / "dpo-default").mkdir()
+    (tmp_path / "out" / "dpo-default" / "ablation_run.json").write_text(json.dumps(marker))
+    with pytest.raises(ValueError, match=r"finished there with other settings.*\n  dpo-default: ran `accelerate"):
+        main(["--config", str(path), "--out", str(tmp_path / "out")])
+    marker["command"] = f"{' '.join(f'{k}={v}' for k, v in runs[3].env.items())} {shlex.join(runs[3].command)}"
+    (tmp_path / "out" / "dpo-default" / "ablation_run.json").write_text(json.dumps(marker))
+    main(["--config", str(path), "--out", str(tmp_path / "out"), "--dry_run"])
+    assert "# [4/4] dpo-default (finished before: would be skipped)" in capsys.readouterr().out
 
 
 def _wait_for(predicate, timeout: float, what: str, proc: subprocess.Popen, log: Path):
@@ -151,8 +164,8 @@ def test_sigterm_stops_the_whole_run_and_leaves_no_marker(tmp_path):
                "a.main(sys.argv[2:])")
     log = tmp_path / "ablate.log"
     with open(log, "w") as f:
-        proc = subprocess.Popen([sys.executable, "-c", wrapper, str(recipes), "--config", str(path), "--out", str(out)],
-                                env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=f, stderr=subprocess.STDOUT,
+        cmd = [sys.executable, "-c", wrapper, str(recipes), "--config", str(path), "--out", str(out)]
+        proc = subprocess.Popen(cmd, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=f, stderr=subprocess.STDOUT,
                                 start_new_session=True)
     try:
         _wait_for(lambda: (out / "sleeper" / "grandchild.pid").exists(), 120, "the grandchild", proc, log)
@@ -173,8 +186,8 @@ def test_interrupted_ablation_resumes_without_repeating_a_finished_run(tiny_qwen
     convs, gsm8k = tmp_path / "conversations.jsonl", tmp_path / "gsm8k.jsonl"
     rows = conversations(16)
     convs.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    gsm8k.write_text("".join(json.dumps({"question": r["messages"][0]["content"], "answer": r["messages"][1]["content"]})
-                             + "\n" for r in rows[8:]))
+    problems = [{"question": r["messages"][0]["content"], "answer": r["messages"][1]["content"]} for r in rows[8:]]
+    gsm8k.write_text("".join(json.dumps(p) + "\n" for p in problems))
     # tests/test_recipes.py's tiny overrides, shared by every run (so both are probed on the same 4 problems).
     common = {"model_name_or_path": str(tiny_qwen_dir), "probe_task": "gsm8k", "probe_data": str(gsm8k),
               "probe_limit": 4, "probe_samples": 2, "probe_max_new_tokens": 8, "probe_answer_max_new_tokens": 12,
@@ -190,8 +203,10 @@ def test_interrupted_ablation_resumes_without_repeating_a_finished_run(tiny_qwen
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
            "WANDB_MODE": "offline", "UTURN_HOME": str(tmp_path / "uturn_home"),
            **{var: str(tmp_path / "wandb") for var in ("WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR")}}
-    cmd = [sys.executable, "-c", "from uturn_train.cli import main; main()", "ablate", "--config", str(path),
-           "--out", str(out)]
+    # Ctrl-C as in a terminal, even when pytest runs in the background of a script (which ignores SIGINT).
+    main_with_sigint = ("import signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+                        "from uturn_train.cli import main; main()")
+    cmd = [sys.executable, "-c", main_with_sigint, "ablate", "--config", str(path), "--out", str(out)]
     first, second = out / "collab_sft-loss_scope-assistant", out / "collab_sft-loss_scope-user"
 
     log = tmp_path / "ablate-1.log"
@@ -235,7 +250,8 @@ def test_interrupted_ablation_resumes_without_repeating_a_finished_run(tiny_qwen
     assert [(r["name"], r["recipe"], r["knobs"], r["status"]) for r in report["runs"]] == [
         ("collab_sft-loss_scope-assistant", "collab_sft", {"loss_scope": "assistant"}, "done"),
         ("collab_sft-loss_scope-user", "collab_sft", {"loss_scope": "user"}, "done")]
-    assert report["runs"][0]["wall_seconds"] == marker["wall_seconds"] and report["missing_runs"] == ["broken"]
+    assert report["runs"][0]["wall_seconds"] == marker["wall_seconds"]
+    assert report["missing_runs"] == [{"name": "broken", "exit_code": 1}]
     between = report["comparisons"][-1]
     assert between["a"]["run"] != between["b"]["run"] and between["rates"][0]["n_prompts"] == 4
     assert (out / "pareto.png").exists() and "| collab_sft-loss_scope-user | collab_sft | loss_scope=user | done |" \

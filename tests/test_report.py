@@ -140,7 +140,8 @@ def test_best_checkpoint_pareto_front_and_files_without_grounded_rates(tmp_path)
     assert {k: c["step"] for k, c in summary["checkpoints"].items()} == {"step0": 0, "last": 6, "best": 4}
     assert summary["checkpoints"]["best"]["settings"]["0"]["followup_rate"] == 0.5
     # Trade-off points: (0, 0.75), (0.75, 0.375), (0.5, 0.75), (0.25, 0.75) -> front: step 4 and step 2.
-    assert [(p["step"], p["rate"], p["accuracy"]) for p in report["pareto_front"]] == [(4, 0.5, 0.75), (2, 0.75, 0.375)]
+    front = [(p["step"], p["rate"], p["accuracy"]) for p in report["pareto_front"]]
+    assert front == [(4, 0.5, 0.75), (2, 0.75, 0.375)]
     assert pareto_front([(0.1, 0.9), (0.5, 0.8), (0.4, 0.7), (0.9, 0.5), (0.9, 0.4), (0.5, 0.8)]) == [0, 1, 3]
 
     md = (run / "report.md").read_text()
@@ -180,8 +181,8 @@ def test_folders_without_probe_history_fail_clearly(tmp_path):
         write_report([tmp_path / "missing"], tmp_path / "out")
     failed = tmp_path / "failed"
     failed.mkdir()
-    (failed / "probe_history.jsonl").write_text(json.dumps(
-        {"step": 0, "epoch": 0, "seconds": 0.1, "accuracy": None, "settings": [], "error": "RuntimeError: boom"}) + "\n")
+    record = {"step": 0, "epoch": 0, "seconds": 0.1, "accuracy": None, "settings": [], "error": "RuntimeError: boom"}
+    (failed / "probe_history.jsonl").write_text(json.dumps(record) + "\n")
     with pytest.raises(ValueError, match=r"no successful probe record.*RuntimeError: boom"):
         write_report([failed], tmp_path / "out")
     assert not (tmp_path / "out" / "report.md").exists()

@@ -6,7 +6,7 @@
 
 The ablation file (paths relative to the directory you run from, like the recipes' own YAML files):
 
-    name: testbed-objectives          # W&B group of every run (WANDB_RUN_GROUP); --out defaults to outputs/ablations/<name>
+    name: testbed-objectives          # W&B group (WANDB_RUN_GROUP); --out defaults to outputs/ablations/<name>
     accelerate_config: accelerate_configs/cpu.yaml   # `accelerate launch --config_file` of every run (one machine)
     tags: [testbed]                   # optional: W&B tags of every run (WANDB_TAGS)
     overrides: {probe_limit: 100}     # optional: flags of every run, before each run's own
@@ -19,13 +19,12 @@ The ablation file (paths relative to the directory you run from, like the recipe
         tags: [sft]                   # optional: more W&B tags
 
 Each run is `accelerate launch --config_file <accelerate_config> recipes/<recipe>.py --config <config> --output_dir
-<out>/<name> --run_name <name> <overrides>`, its stdout and stderr in `<out>/<name>/train.log`. When it exits,
-`<out>/<name>/ablation_run.json` (the marker: command, exit code, start, end, wall seconds) is written atomically. A
-rerun skips the runs whose marker has exit code 0 and starts every other run over: a failed run, or one stopped by
-Ctrl-C (SIGINT or SIGTERM stops the run's whole process group and writes no marker). Its earlier folder is first moved
-to `<out>/.partial/<name>-<time>`, never trusted: the probe history is appended to, and DPO mines its pairs before
-training, so resuming from a checkpoint would mix two attempts. Bad files fail before anything runs, naming the run and
-the field.
+<out>/<name> --run_name <name> <overrides>`, logged to `<out>/<name>/train.log`; when it exits, the marker
+`<out>/<name>/ablation_run.json` (command, exit code, times) is written atomically. A rerun skips the runs whose marker
+has exit code 0 and starts the others over, their earlier folder moved to `<out>/.partial/` (never resumed: the probe
+history is appended to, and DPO mines before training). Ctrl-C or SIGTERM stops the run's process group and writes no
+marker. Bad files, and finished runs whose command the file has changed since, fail before anything runs. More in
+docs/ablations.md.
 """
 
 import argparse
@@ -182,19 +181,22 @@ def load_ablation(path: str | Path, out: str | Path | None = None) -> tuple[dict
         if not entry.get("config"):
             raise ValueError(f"{where}: field `config` is missing (the recipe's YAML)")
         own = _mapping(entry.get("overrides", {}), f"{where}: field `overrides`")
-        seeds = entry.get("seeds", [None])
-        if not (isinstance(seeds, list) and seeds and all(s is None or isinstance(s, int) for s in seeds)):
-            raise ValueError(f"{where}: field `seeds`: expected a non-empty list of integers")
-        if entry.get("seeds") and "seed" in {**common, **own}:
-            raise ValueError(f"{where}: field `seeds`: the overrides set `seed` too; keep one of them")
-        parser = parsers.get(recipe) or parsers.setdefault(recipe, _load_parser(recipe))
+        seeds = entry.get("seeds")
+        if seeds is not None:
+            if not (isinstance(seeds, list) and seeds and all(isinstance(s, int) for s in seeds)):
+                raise ValueError(f"{where}: field `seeds`: expected a non-empty list of integers")
+            if "seed" in {**common, **own}:
+                raise ValueError(f"{where}: field `seeds`: the overrides set `seed` too; keep one of them")
+        if recipe not in parsers:
+            parsers[recipe] = _load_parser(recipe)
+        parser = parsers[recipe]
         config = _yaml_mapping(Path(entry["config"]), f"{where}: field `config`")
         unknown = sorted(set(config) - {a.dest for a in parser._actions} - {"env"})
         if unknown:
             raise ValueError(f"{where}: field `config`: {entry['config']} has unknown field(s) {unknown} for {recipe}")
         _check_overrides(parser, recipe, {**common, **own}, where)
         run_tags = tags + _tags(entry.get("tags", []), f"{where}: field `tags`")
-        for seed in seeds:
+        for seed in seeds or [None]:
             knobs = {**own, **({"seed": seed} if seed is not None else {})}
             run_name = _run_name(entry, seed)
             overrides = {**common, **knobs}
@@ -207,8 +209,6 @@ def load_ablation(path: str | Path, out: str | Path | None = None) -> tuple[dict
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
         raise ValueError(f"{path}: runs share the name(s) {duplicates}; give them distinct `name` fields")
-    if not runs:
-        raise ValueError(f"{path}: field `runs` is empty")
     return spec, runs, out
 
 
@@ -223,9 +223,21 @@ def _write_plan(spec: dict, runs: list[Run], out: Path) -> None:
                             "runs": [{**asdict(r), "command": _shell(r)} for r in runs]})
 
 
-def _marker(folder: Path) -> dict | None:
-    path = folder / MARKER
-    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
+def finished_runs(runs: list[Run], out: Path) -> dict[str, dict]:
+    """The markers of the runs that finished (exit code 0), by name; a run that finished with another command (the
+    file was edited since) fails here rather than being skipped as if it were this one."""
+    finished, changed = {}, []
+    for run in runs:
+        path = out / run.name / MARKER
+        marker = json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
+        if marker is not None and marker["exit_code"] == 0:
+            finished[run.name] = marker
+            if marker["command"] != _shell(run):
+                changed.append(f"{run.name}: ran `{marker['command']}`, now `{_shell(run)}`")
+    if changed:
+        raise ValueError(f"{out}: runs finished there with other settings, so skipping them would report the old "
+                         "ones; pass another --out, or move those run folders away:\n  " + "\n  ".join(changed))
+    return finished
 
 
 def _stop(proc: subprocess.Popen) -> None:
@@ -278,15 +290,16 @@ def run_ablation(spec: dict, runs: list[Run], out: Path, only: str | None = None
     Returns:
         `dict[str, str]`: per run, `done`, `skipped` (finished before) or `failed (exit N)`.
     """
-    _write_plan(spec, runs, out)
     selected = [r for r in runs if only in (None, r.name)]
+    finished = finished_runs(selected, out)
+    _write_plan(spec, runs, out)
     statuses = {}
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         for k, run in enumerate(selected, 1):
             position, folder = f"[{k}/{len(selected)}]", out / run.name
-            marker = _marker(folder)
-            if marker is not None and marker["exit_code"] == 0:
+            marker = finished.get(run.name)
+            if marker is not None:
                 print(f"{position} {run.name}: finished before ({marker['wall_seconds']:.0f} s), skipped")
                 statuses[run.name] = "skipped"
                 continue
@@ -341,7 +354,8 @@ def write_sbatch(spec: dict, runs: list[Run], out: Path, config: str) -> Path:
         "RUNS=(" + " ".join(shlex.quote(r.name) for r in runs) + ")",
         "",
         "source .venv/bin/activate",
-        f'uturn ablate --config {shlex.quote(config)} --out {shlex.quote(str(out))} --only "${{RUNS[$SLURM_ARRAY_TASK_ID]}}"',
+        (f"uturn ablate --config {shlex.quote(config)} --out {shlex.quote(str(out))} "
+         '--only "${RUNS[$SLURM_ARRAY_TASK_ID]}"'),
         "",
     ]
     _write_plan(spec, runs, out)
@@ -364,9 +378,9 @@ def main(argv: list[str] | None = None) -> None:
         raise ValueError(f"--only {args.only}: no such run in {args.config}; runs: {[r.name for r in runs]}")
     if args.dry_run:
         print(f"# {spec['name']}: {len(runs)} runs -> {out} (W&B group {spec['name']})")
+        finished = finished_runs(runs, out)
         for k, run in enumerate(runs, 1):
-            marker = _marker(out / run.name)
-            done = " (finished before: would be skipped)" if marker and marker["exit_code"] == 0 else ""
+            done = " (finished before: would be skipped)" if run.name in finished else ""
             print(f"# [{k}/{len(runs)}] {run.name}{done}\n{_shell(run)}")
         return
     if args.slurm:

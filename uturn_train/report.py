@@ -115,7 +115,8 @@ def pick_checkpoints(records: list[dict], metric: str, temperature: float, max_a
     accuracy; ties go to the higher accuracy, then the earlier step)."""
     first, last = records[0], records[-1]
     base = first["accuracy"] if first["step"] == 0 else None
-    eligible = [r for r in records if base is None or r["accuracy"] is None or r["accuracy"] >= base - max_accuracy_drop]
+    eligible = [r for r in records
+                if base is None or r["accuracy"] is None or r["accuracy"] >= base - max_accuracy_drop]
     best = max(eligible, key=lambda r: (_rate(r, temperature, metric) or 0.0, r["accuracy"] or 0.0, -r["step"]))
     return {"step0": first if first["step"] == 0 else None, "last": last, "best": best}
 
@@ -240,7 +241,8 @@ def build_report(runs: list[dict], max_accuracy_drop: float = 0.05, seed: int = 
     comparisons += [compare(a, a["checkpoints"]["last"]["step"], b, b["checkpoints"]["last"]["step"], temperatures,
                             seed=seed) for a, b in combinations(runs, 2)]
     ablations = {Path(run["dir"]).parent for run in runs}
-    missing = [r["name"] for d in ablations for r in (_read_json(d / PLAN) or {}).get("runs", [])
+    missing = [{"name": r["name"], "exit_code": (_read_json(d / r["name"] / MARKER) or {}).get("exit_code")}
+               for d in ablations for r in (_read_json(d / PLAN) or {}).get("runs", [])
                if not (d / r["name"] / HISTORY).exists()]
     return {"metric": metric, "temperatures": temperatures, "x_temperature": x_temperature,
             "max_accuracy_drop": max_accuracy_drop, "bootstrap": {"resamples": BOOTSTRAP_RESAMPLES, "seed": seed},

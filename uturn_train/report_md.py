@@ -15,7 +15,8 @@ def _knobs(knobs: dict | None) -> str:
 
 
 def _has(report: dict, key: str) -> bool:
-    return any(s.get(key) is not None for run in report["runs"] for c in run["trajectory"] for s in c["settings"].values())
+    return any(s.get(key) is not None
+               for run in report["runs"] for c in run["trajectory"] for s in c["settings"].values())
 
 
 def checkpoint_rows(report: dict) -> list[dict]:
@@ -123,7 +124,8 @@ def render_markdown(report: dict) -> str:
 
     lines += ["## Paired comparisons", "",
               ("B against A on the prompts both were probed on. Rates: the difference with a bootstrap 95% interval "
-               f"(prompts resampled, {report['bootstrap']['resamples']} resamples, seed {report['bootstrap']['seed']})."
+               f"(prompts resampled, {report['bootstrap']['resamples']} resamples, "
+               f"seed {report['bootstrap']['seed']})."
                " Accuracy: McNemar's exact test on the prompts only one of the two answers correctly. "
                "`*`: the interval excludes 0, or p < 0.05."), ""]
     comparisons = comparison_rows(report)
@@ -147,7 +149,9 @@ def render_markdown(report: dict) -> str:
              f"{c['skipped']}" for c in report["comparisons"] if c["skipped"]]
     notes += [f"{r['name']}: {r['probe_errors']} probe(s) failed; their checkpoints are left out"
               for r in report["runs"] if r["probe_errors"]]
-    notes += [f"{name}: planned by the ablation, no probe history yet" for name in report["missing_runs"]]
+    notes += [f"{r['name']}: " + ("not run yet, or interrupted" if r["exit_code"] is None else
+                                  f"exited with code {r['exit_code']}") + ", so no probe history"
+              for r in report["missing_runs"]]
     if notes:
         lines += ["## Not in this report", "", *[f"- {n}" for n in notes], ""]
     return "\n".join(lines)
