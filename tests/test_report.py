@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from uturn_train.probe.metrics import summarize_setting, wilson_interval
+from uturn_train.report import main as report_main
 from uturn_train.report import pareto_front, write_report
 from uturn_train.stats import mcnemar_exact, paired_accuracy, paired_bootstrap
 
@@ -151,6 +152,21 @@ def test_best_checkpoint_pareto_front_and_files_without_grounded_rates(tmp_path)
     assert (run / "pareto.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert json.loads((run / "report.json").read_text())["runs"][0]["mining"]["n_pairs"] == 12
     assert not list(run.glob(".*.tmp"))  # atomic writes leave no temporary files
+
+
+def test_runs_with_and_without_grounded_rates(tmp_path):
+    write_run(tmp_path / "new", {0: BASE, 4: B_LAST})
+    write_run(tmp_path / "old", {0: BASE, 4: A_LAST}, grounded=False)  # probed before the grounded decision
+    report = write_report([tmp_path / "new", tmp_path / "old"], tmp_path / "out")
+    assert report["metric"] == "followup_rate"  # one metric for every run, on the plot and for the best checkpoint
+    between = _comparison(report, "new", "old")
+    assert {r["metric"] for r in between["rates"]} == {"followup_rate"}
+    assert _rate(between, 0.0, "followup_rate")["difference"] == pytest.approx(0.25 - 0.625)
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "| new | - | - | - | - | last | 4 | 0.500 | 0.625 [0.31, 0.86] | 0.375 [0.14, 0.69] |" in md
+    assert "| old | - | - | - | - | best = last | 4 | 0.750 | 0.250 [0.07, 0.59] | n/a |" in md
+    with pytest.raises(ValueError, match="several DIRs given: pass --out"):
+        report_main([str(tmp_path / "new"), str(tmp_path / "old")])
 
 
 def test_report_logs_tables_and_plot_to_wandb_offline(tmp_path, monkeypatch):

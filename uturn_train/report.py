@@ -293,7 +293,7 @@ def log_to_wandb(report: dict, out: Path) -> None:
         groups = {run["ablation"] for run in report["runs"]} - {None}
         group = groups.pop() if len(groups) == 1 else None
         wandb.init(project=os.environ.get("WANDB_PROJECT", "uturn"), group=group, job_type="report",
-                   name=f"report-{group}" if group else "report", dir=os.environ.get("WANDB_DIR"))
+                   name=f"report-{group}" if group else "report")
     logs = {name: wandb.Table(columns=list(rows[0]), data=[list(r.values()) for r in rows])
             for name, rows in (("report/checkpoints", checkpoint_rows(report)),
                                ("report/comparisons", comparison_rows(report))) if rows}
