@@ -1,6 +1,7 @@
 """Every config in `recipes/` and `accelerate_configs/` loads, and every field in it exists: typos fail here, not
 an hour into a GPU job."""
 
+import json
 import subprocess
 from pathlib import Path
 
@@ -9,14 +10,16 @@ import yaml
 from test_recipes import load_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
-RECIPE_CONFIGS = sorted((ROOT / "recipes").glob("*/*.yaml"))
+RECIPE_CONFIGS = sorted(p for p in (ROOT / "recipes").glob("*/*.yaml") if p.name != "ablation.yaml")
+ABLATION_CONFIGS = sorted((ROOT / "recipes").glob("*/ablation.yaml"))
 ACCELERATE_CONFIGS = sorted((ROOT / "accelerate_configs").glob("*.yaml"))
 
 
 def test_configs_are_found():
     assert {p.parent.name for p in RECIPE_CONFIGS} == {"qwen3.5-2b", "testbed"}
-    assert {p.stem for p in RECIPE_CONFIGS} == {"collab_sft", "collab_dpo"}
+    assert {p.stem for p in RECIPE_CONFIGS} == {"collab_sft", "collab_dpo", "collab_grpo"}
     assert len(ACCELERATE_CONFIGS) == 6
+    assert {p.parent.name for p in ABLATION_CONFIGS} == {"qwen3.5-2b", "testbed"}
 
 
 @pytest.mark.parametrize("path", RECIPE_CONFIGS, ids=lambda p: f"{p.parent.name}/{p.name}")
@@ -39,13 +42,29 @@ def test_recipe_config_fields_exist_and_parse(path, monkeypatch):
 
 
 def test_qwen_configs_match_the_issue():
-    for name in ("collab_sft", "collab_dpo"):
+    for name in ("collab_sft", "collab_dpo", "collab_grpo"):
         config = yaml.safe_load((ROOT / "recipes" / "qwen3.5-2b" / f"{name}.yaml").read_text())
         assert (config["bf16"], config["lora_r"], config["lora_alpha"], config["gradient_checkpointing"]) == \
             (True, 32, 64, True)
         assert (config["probe_task"], config["probe_limit"], config["probe_temperatures"], config["probe_samples"]) \
             == ("gsm8k", 256, [0.0, 1.0], 4)
         assert config["report_to"] == ["wandb"] and config.get("probe_on_save", True)
+
+
+@pytest.mark.parametrize("path", ABLATION_CONFIGS, ids=lambda p: p.parent.name)
+def test_ablation_files_load_and_probe_every_run_alike(path, monkeypatch):
+    from uturn_train.ablate import load_ablation
+
+    monkeypatch.chdir(ROOT)  # the files' paths are relative to the repository root
+    _, runs, _ = load_ablation(path)  # checks recipes, configs and every override against the recipe's parser
+    assert {(r.recipe, json.dumps(r.knobs)) for r in runs} >= {
+        ("collab_sft", '{"loss_scope": "assistant"}'), ("collab_sft", '{"loss_scope": "user"}'),
+        ("collab_dpo", '{"loss_type": ["sigmoid"]}'), ("collab_dpo", '{"loss_type": ["sigmoid", "sft"]}')}
+    assert all(r.config.startswith(f"recipes/{path.parent.name}/") for r in runs)
+    # The report pairs runs prompt by prompt: every run must get the same probe.
+    probes = {json.dumps({k: v for k, v in {**yaml.safe_load((ROOT / r.config).read_text()), **r.overrides}.items()
+                          if k.startswith("probe_")}, sort_keys=True) for r in runs}
+    assert len(probes) == 1, probes
 
 
 @pytest.mark.parametrize("path", ACCELERATE_CONFIGS, ids=lambda p: p.name)

@@ -4,6 +4,8 @@
     uturn classify --input turns.jsonl --output labelled.jsonl
     uturn testbed build [--out DIR] [--force] [--seed N]
     uturn mine --model testbed --mine_source testbed --mine_limit 256 --out pairs
+    uturn ablate --config recipes/testbed/ablation.yaml [--out DIR] [--dry_run] [--slurm]
+    uturn report DIR [DIR...] [--out OUT] [--wandb]
 """
 
 import argparse
@@ -90,7 +92,20 @@ def _mine(argv: list[str]) -> None:
     print(run_mine_job(script_args, mining_args))
 
 
-COMMANDS = {"probe": _probe, "classify": _classify, "testbed": _testbed, "mine": _mine}
+def _ablate(argv: list[str]) -> None:
+    from .ablate import main
+
+    main(argv)
+
+
+def _report(argv: list[str]) -> None:
+    from .report import main
+
+    main(argv)
+
+
+COMMANDS = {"probe": _probe, "classify": _classify, "testbed": _testbed, "mine": _mine, "ablate": _ablate,
+            "report": _report}
 
 
 def main(argv: list[str] | None = None) -> None:

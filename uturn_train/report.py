@@ -1,0 +1,322 @@
+"""`uturn report`: training runs side by side: follow-up and grounded follow-up rates against accuracy.
+
+    uturn report outputs/ablations/testbed                      # an ablation folder (`uturn ablate --out`)
+    uturn report outputs/sft-user outputs/dpo --out outputs/cmp  # run folders (a recipe's --output_dir)
+
+Reads each run's `probe_history.jsonl` (one record per probed checkpoint), its samples `probe/step_<N>.jsonl`, the
+mining card `pairs/mining_card.json` of DPO runs, and what `uturn ablate` saved (`ablation_run.json`: recipe, knobs,
+exit code, wall time). Writes to `--out` (default: the one DIR given):
+
+- `report.md`: per run, step 0, the last and the best checkpoint (the highest greedy grounded follow-up rate, or
+  follow-up rate when the probe has no grounded one, among checkpoints within `--max_accuracy_drop` of step 0's
+  accuracy) with accuracy, greedy and T=1.0 rates and Wilson 95% intervals; the mining cards; paired comparisons.
+- `report.json`: the same numbers, and every checkpoint of every run.
+- `pareto.png`: accuracy against the greedy grounded (or follow-up) rate, each run a trajectory over its checkpoints,
+  step 0 marked with a star, the Pareto front of all checkpoints dashed.
+
+Paired comparisons (each run's last checkpoint against its step 0, and every two runs' last checkpoints) use only the
+prompts both were probed on: the rate difference with a bootstrap 95% interval over prompts
+([`~uturn_train.stats.paired_bootstrap`]) and McNemar's exact test for accuracy.
+"""
+
+import argparse
+import json
+import logging
+import os
+from itertools import combinations
+from pathlib import Path
+
+from .io import atomic_open, write_json
+from .report_md import FOLLOWUP, GROUNDED, checkpoint_rows, comparison_rows, render_markdown
+from .stats import BOOTSTRAP_RESAMPLES, paired_accuracy, paired_bootstrap
+
+logger = logging.getLogger(__name__)
+
+HISTORY, MARKER, PLAN, CARD = "probe_history.jsonl", "ablation_run.json", "ablation.json", "pairs/mining_card.json"
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    rows = []
+    for line_no, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}:{line_no}: not valid JSON ({e.msg})") from e
+    return rows
+
+
+def _read_json(path: Path) -> dict | None:
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
+
+
+def find_runs(dirs: list[str | Path]) -> list[Path]:
+    """Run folders (holding `probe_history.jsonl`) among `dirs` and their direct subfolders, in ablation order."""
+    runs = []
+    for d in map(Path, dirs):
+        if (d / HISTORY).exists():
+            runs.append(d)
+            continue
+        if not d.is_dir():
+            raise ValueError(f"{d}: no such folder; pass a run folder (a recipe's --output_dir) or an ablation folder")
+        children = sorted(c for c in d.iterdir() if (c / HISTORY).exists())
+        if not children:
+            raise ValueError(f"{d}: no {HISTORY} in it or in its subfolders, so nothing was probed there; pass a run "
+                             "folder (a recipe's --output_dir, trained with the probe on) or an ablation folder")
+        order = [r["name"] for r in (_read_json(d / PLAN) or {}).get("runs", [])]
+        runs += sorted(children, key=lambda c: (order.index(c.name) if c.name in order else len(order), c.name))
+    return runs
+
+
+def _setting(record: dict, temperature: float) -> dict | None:
+    return next((s for s in record["settings"] if s["temperature"] == temperature), None)
+
+
+def _checkpoint(record: dict) -> dict:
+    keys = (FOLLOWUP, "ci95", GROUNDED, "grounded_ci95", "distinct_followups", "n")
+    return {"step": record["step"], "accuracy": record["accuracy"],
+            "settings": {f"{s['temperature']:g}": {k: s.get(k) for k in keys} for s in record["settings"]}}
+
+
+def load_run(path: Path) -> dict:
+    """One run: its probed checkpoints and what `uturn ablate` recorded about it."""
+    records = sorted(_read_jsonl(path / HISTORY), key=lambda r: r["step"])
+    ok = [r for r in records if r.get("settings")]
+    if not ok:
+        raise ValueError(f"{path / HISTORY}: no successful probe record ({len(records)} records, errors: "
+                         f"{sorted({r.get('error') for r in records} - {None})}); nothing to report for this run")
+    marker = _read_json(path / MARKER)
+    planned = next((r for r in (_read_json(path.parent / PLAN) or {}).get("runs", []) if r["name"] == path.name), None)
+    info = marker or planned or {}
+    if marker is not None:
+        status = "done" if marker["exit_code"] == 0 else f"failed (exit {marker['exit_code']})"
+    else:
+        status = "incomplete (no marker)" if planned else "-"
+    card = _read_json(path / CARD)
+    mining = None
+    if card is not None:
+        # Scalars and the two summaries people read; label breakdowns and settings stay in the card.
+        mining = {k: v for k, v in card.items() if isinstance(v, (int, float, str)) and k != "model"}
+        mining.update(kind=card.get("kind"), policy={k: v for k, v in (card.get("policy") or {}).items()
+                                                    if isinstance(v, (int, float)) or v is None})
+    return {"name": path.name, "dir": str(path), "recipe": info.get("recipe"), "config": info.get("config"),
+            "knobs": info.get("knobs"), "status": status, "exit_code": (marker or {}).get("exit_code"),
+            "wall_seconds": (marker or {}).get("wall_seconds"), "probe_errors": len(records) - len(ok),
+            "mining": mining, "ablation": info.get("ablation"), "records": ok}
+
+
+def _rate(record: dict, temperature: float, metric: str) -> float | None:
+    s = _setting(record, temperature)
+    return None if s is None else s.get(metric)
+
+
+def pick_checkpoints(records: list[dict], metric: str, temperature: float, max_accuracy_drop: float) -> dict:
+    """Step 0, the last and the best checkpoint (highest rate among those within `max_accuracy_drop` of step 0's
+    accuracy; ties go to the higher accuracy, then the earlier step)."""
+    first, last = records[0], records[-1]
+    base = first["accuracy"] if first["step"] == 0 else None
+    eligible = [r for r in records
+                if base is None or r["accuracy"] is None or r["accuracy"] >= base - max_accuracy_drop]
+    best = max(eligible, key=lambda r: (_rate(r, temperature, metric) or 0.0, r["accuracy"] or 0.0, -r["step"]))
+    return {"step0": first if first["step"] == 0 else None, "last": last, "best": best}
+
+
+def _samples(run: dict, step: int) -> list[dict]:
+    path = Path(run["dir"]) / "probe" / f"step_{step}.jsonl"
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing")
+    return _read_jsonl(path)
+
+
+def _indicators(rows: list[dict], temperature: float, field: str, source: str) -> dict[str, list[bool]]:
+    out, seen = {}, set()
+    for r in rows:
+        if r["temperature"] != temperature:
+            continue
+        key = (r["id"], r["sample_index"])
+        if key in seen:
+            raise ValueError(f"{source}: prompt {r['id']} has two rows for T={temperature:g}, sample "
+                             f"{r['sample_index']}; the file is not one probe's output")
+        seen.add(key)
+        out.setdefault(r["id"], []).append(r["label"] == "followup" if field == FOLLOWUP else bool(r[field]))
+    return out
+
+
+def compare(a: dict, step_a: int, b: dict, step_b: int, temperatures: list[float], seed: int = 0,
+            resamples: int = BOOTSTRAP_RESAMPLES) -> dict:
+    """Paired statistics of run `b` at `step_b` against run `a` at `step_a` on the prompts both were probed on."""
+    result = {"a": {"run": a["name"], "step": step_a}, "b": {"run": b["name"], "step": step_b}, "rates": [],
+              "accuracy": None, "skipped": None}
+    try:
+        rows_a, rows_b = _samples(a, step_a), _samples(b, step_b)
+    except FileNotFoundError as e:
+        result["skipped"] = str(e)
+        return result
+    src_a, src_b = f"{a['dir']}/probe/step_{step_a}.jsonl", f"{b['dir']}/probe/step_{step_b}.jsonl"
+    if not {r["id"] for r in rows_a} & {r["id"] for r in rows_b}:
+        result["skipped"] = "not probed on the same prompts"
+        return result
+    fields = [FOLLOWUP] + ([GROUNDED] if all("grounded" in r for r in rows_a + rows_b) else [])
+    for t in temperatures:
+        for field in fields:
+            column = "grounded" if field == GROUNDED else field
+            stats = paired_bootstrap(_indicators(rows_a, t, column, src_a), _indicators(rows_b, t, column, src_b),
+                                     resamples=resamples, seed=seed)
+            if stats["n_prompts"]:
+                result["rates"].append({"temperature": t, "metric": field, **stats})
+    correct = [{r["id"]: bool(r["answer_correct"]) for r in rows if r.get("answer_correct") is not None}
+               for rows in (rows_a, rows_b)]
+    if correct[0] and correct[1]:
+        result["accuracy"] = paired_accuracy(*correct)
+    return result
+
+
+def pareto_front(points: list[tuple[float, float]]) -> list[int]:
+    """Indices of the points no other point beats on both coordinates (higher is better on both)."""
+    order = sorted(range(len(points)), key=lambda i: (-points[i][0], -points[i][1]))
+    front, best_y = [], float("-inf")
+    for i in order:
+        if points[i][1] > best_y:
+            front.append(i)
+            best_y = points[i][1]
+    return sorted(front, key=lambda i: points[i][0])
+
+
+def plot_pareto(runs: list[dict], path: Path, metric: str, temperature: float) -> list[dict]:
+    """`pareto.png` (see the module docstring); returns the front's checkpoints."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display on training nodes
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 5), dpi=120)
+    points, owners = [], []
+    for run in runs:
+        traj = [(_rate(r, temperature, metric), r["accuracy"], r["step"]) for r in run["records"]]
+        traj = [p for p in traj if p[0] is not None and p[1] is not None]
+        if not traj:
+            continue
+        line, = ax.plot([p[0] for p in traj], [p[1] for p in traj], marker="o", alpha=0.8, label=run["name"])
+        for x, y, step in traj[1:]:
+            ax.annotate(str(step), (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7,
+                        color=line.get_color())
+        if traj[0][2] == 0:
+            ax.scatter(*traj[0][:2], marker="*", s=180, color="black", zorder=5,
+                       label="step 0" if not any(o[1] == 0 for o in owners) else None)
+        points += [p[:2] for p in traj]
+        owners += [(run["name"], p[2]) for p in traj]
+    front = pareto_front(points)
+    ax.plot([points[i][0] for i in front], [points[i][1] for i in front], drawstyle="steps-pre", linestyle="--",
+            color="grey", label="Pareto front")
+    name = "grounded follow-up rate" if metric == GROUNDED else "follow-up rate"
+    ax.set_xlabel(f"{'greedy' if temperature == 0 else f'T={temperature:g}'} {name}")
+    ax.set_ylabel("accuracy (greedy answers)")
+    ax.set_title("Follow-up vs accuracy per checkpoint (numbers: training step)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="best")
+    fig.tight_layout()
+    with atomic_open(path, "wb") as f:
+        fig.savefig(f, format="png")
+    plt.close(fig)
+    return [{"run": owners[i][0], "step": owners[i][1], "rate": points[i][0], "accuracy": points[i][1]} for i in front]
+
+
+def build_report(runs: list[dict], max_accuracy_drop: float = 0.05, seed: int = 0) -> dict:
+    """Everything `report.json` holds but the Pareto front, from [`load_run`]'s runs (their names made unique and
+    their checkpoints picked in place)."""
+    names = [r["name"] for r in runs]
+    for run in runs:  # the same run name in two ablations: tell them apart by their folder
+        if names.count(run["name"]) > 1:
+            run["name"] = f"{Path(run['dir']).parent.name}/{run['name']}"
+    all_records = [rec for run in runs for rec in run["records"]]
+    temperatures = sorted({s["temperature"] for rec in all_records for s in rec["settings"]})
+    metric = GROUNDED if all(GROUNDED in s for rec in all_records for s in rec["settings"]) else FOLLOWUP
+    x_temperature = temperatures[0]  # greedy when probed (0 sorts first)
+    for run in runs:
+        picked = pick_checkpoints(run["records"], metric, x_temperature, max_accuracy_drop)
+        run["checkpoints"] = {k: None if r is None else _checkpoint(r) for k, r in picked.items()}
+    comparisons = [compare(run, run["checkpoints"]["step0"]["step"], run, run["checkpoints"]["last"]["step"],
+                           temperatures, seed=seed)
+                   for run in runs if run["checkpoints"]["step0"] and run["checkpoints"]["last"]["step"] != 0]
+    comparisons += [compare(a, a["checkpoints"]["last"]["step"], b, b["checkpoints"]["last"]["step"], temperatures,
+                            seed=seed) for a, b in combinations(runs, 2)]
+    ablations = {Path(run["dir"]).parent for run in runs}
+    missing = [{"name": r["name"], "exit_code": (_read_json(d / r["name"] / MARKER) or {}).get("exit_code")}
+               for d in ablations for r in (_read_json(d / PLAN) or {}).get("runs", [])
+               if not (d / r["name"] / HISTORY).exists()]
+    return {"metric": metric, "temperatures": temperatures, "x_temperature": x_temperature,
+            "max_accuracy_drop": max_accuracy_drop, "bootstrap": {"resamples": BOOTSTRAP_RESAMPLES, "seed": seed},
+            "runs": [{**{k: v for k, v in run.items() if k != "records"},
+                      "trajectory": [_checkpoint(r) for r in run["records"]]} for run in runs],
+            "comparisons": comparisons, "missing_runs": missing, "pareto_front": None}
+
+
+def write_report(dirs: list[str | Path], out: str | Path, max_accuracy_drop: float = 0.05, seed: int = 0,
+                 wandb: bool = False) -> dict:
+    """Write `report.md`, `report.json` and `pareto.png` to `out`; log them to W&B when a run is active or `wandb`.
+
+    Args:
+        dirs (`list[str | Path]`): run folders and/or ablation folders.
+        out (`str | Path`): output folder, created if needed.
+        max_accuracy_drop (`float`, *optional*, defaults to `0.05`): see [`pick_checkpoints`].
+        seed (`int`, *optional*, defaults to `0`): bootstrap seed.
+        wandb (`bool`, *optional*, defaults to `False`): start a W&B run for the report when none is active.
+
+    Returns:
+        `dict`: the contents of `report.json`.
+    """
+    import sys
+
+    runs = [load_run(p) for p in find_runs(dirs)]
+    report = build_report(runs, max_accuracy_drop=max_accuracy_drop, seed=seed)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    if any(r["accuracy"] is not None for run in runs for r in run["records"]):
+        report["pareto_front"] = plot_pareto(runs, out / "pareto.png", report["metric"], report["x_temperature"])
+    with atomic_open(out / "report.md") as f:
+        f.write(render_markdown(report))
+    write_json(out / "report.json", report)
+    if wandb or ("wandb" in sys.modules and sys.modules["wandb"].run is not None):
+        log_to_wandb(report, out)
+    return report
+
+
+def log_to_wandb(report: dict, out: Path) -> None:
+    """The checkpoint and comparison tables and the plot, to the active W&B run or to a new `report` run."""
+    import wandb
+
+    from .tracking import wandb_offline_unless_logged_in
+
+    started = wandb.run is None
+    if started:
+        wandb_offline_unless_logged_in(["wandb"])
+        groups = {run["ablation"] for run in report["runs"]} - {None}
+        group = groups.pop() if len(groups) == 1 else None
+        wandb.init(project=os.environ.get("WANDB_PROJECT", "uturn"), group=group, job_type="report",
+                   name=f"report-{group}" if group else "report")
+    logs = {name: wandb.Table(columns=list(rows[0]), data=[list(r.values()) for r in rows])
+            for name, rows in (("report/checkpoints", checkpoint_rows(report)),
+                               ("report/comparisons", comparison_rows(report))) if rows}
+    if (out / "pareto.png").exists() and report["pareto_front"] is not None:
+        logs["report/pareto"] = wandb.Image(str(out / "pareto.png"))
+    wandb.log(logs)
+    if started:
+        wandb.finish()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="uturn report", description=__doc__.split("\n")[0])
+    parser.add_argument("dirs", nargs="+", metavar="DIR", help="run folders or ablation folders")
+    parser.add_argument("--out", default=None, help="output folder (default: DIR, when one is given)")
+    parser.add_argument("--wandb", action="store_true", help="log the tables and the plot to W&B (offline unless "
+                        "logged in); done anyway when a W&B run is active")
+    parser.add_argument("--max_accuracy_drop", type=float, default=0.05,
+                        help="the best checkpoint loses at most this much accuracy against step 0")
+    args = parser.parse_args(argv)
+    if args.out is None and len(args.dirs) > 1:
+        raise ValueError("several DIRs given: pass --out for the report")
+    out = Path(args.out or args.dirs[0])
+    report = write_report(args.dirs, out, max_accuracy_drop=args.max_accuracy_drop, wandb=args.wandb)
+    print((out / "report.md").read_text(encoding="utf-8"))
+    print(f"{len(report['runs'])} runs -> {out / 'report.md'}, {out / 'report.json'}"
+          + (f", {out / 'pareto.png'}" if report["pareto_front"] is not None else ""))
