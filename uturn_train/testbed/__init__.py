@@ -71,7 +71,7 @@ def ensure_testbed() -> Path:
 
 # The options that may name the testbed, and what they then get: the field holding the data, and the file.
 _DATA_OF = {"task": ("data", "heldout.jsonl"), "probe_task": ("probe_data", "heldout.jsonl"),
-            "mine_source": ("mine_data", "conversations.jsonl"),
+            "mine_source": ("mine_data", "conversations.jsonl"), "prompt_source": ("prompt_data", "conversations.jsonl"),
             "collab_source": ("collab_data", "conversations.jsonl")}
 
 
@@ -79,7 +79,8 @@ def resolve(*configs) -> None:
     """Replace the name `testbed` in `configs` (parsed dataclasses) by the built testbed, building it if missing.
 
     `model` / `model_name_or_path` `testbed` become its folder; `task` / `probe_task` `testbed` without data get its
-    held-out problems, `mine_source` / `collab_source` `testbed` without data its training conversations. Under several
+    held-out problems, `mine_source` / `prompt_source` / `collab_source` `testbed` without data its training
+    conversations. Under several
     processes, call it on every one inside `main_process_first`, so that one builds while the others wait.
     """
     for config in configs:
