@@ -4,6 +4,7 @@
     uturn classify --input turns.jsonl --output labelled.jsonl
     uturn testbed build [--out DIR] [--force] [--seed N]
     uturn mine --model testbed --mine_source testbed --mine_limit 256 --out pairs
+    uturn agreement --input labelled.jsonl [--judge_base_url URL --judge_model M] [--out DIR]
 """
 
 import argparse
@@ -84,7 +85,13 @@ def _mine(argv: list[str]) -> None:
     print(run_mine_job(script_args, mining_args))
 
 
-COMMANDS = {"probe": _probe, "classify": _classify, "testbed": _testbed, "mine": _mine}
+def _agreement(argv: list[str]) -> None:
+    from .probe.agreement import main as agreement_main
+
+    agreement_main(argv)
+
+
+COMMANDS = {"probe": _probe, "classify": _classify, "testbed": _testbed, "mine": _mine, "agreement": _agreement}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -29,11 +29,15 @@ class Generation:
 
     Args:
         text (`str`): decoded with special tokens skipped, cut before the first stop string.
-        finish_reason (`str`): `"stop"` (a stop string or end-of-turn token ended it) or `"length"` (`max_new_tokens`).
-        stop (`str` or `None`): the stop string or token that ended it (e.g. `"<|im_end|>"`), `None` on length.
+        finish_reason (`str`): `"stop"` (a stop string or end-of-turn token ended it), `"length"` (`max_new_tokens`) or
+            `"error"` (a server request that failed for good, see `error`; no text).
+        stop (`str` or `None`): the stop string or token that ended it (e.g. `"<|im_end|>"`), `None` on length, on
+            error, or when a server does not say which end token it met.
         prompt_tokens (`int`): tokens in the prompt.
         completion_tokens (`int`): tokens generated before the end-of-turn token, which is not counted (the tokens of
             a stop string are).
+        error (`str`, *optional*): why a server request failed (finish reason `"error"`); such a continuation is
+            counted apart and left out of every rate.
     """
 
     text: str
@@ -41,6 +45,7 @@ class Generation:
     stop: str | None
     prompt_tokens: int
     completion_tokens: int
+    error: str | None = None
 
 
 def _finish(tokenizer, ids: list[int], end_ids: set[int], stops: list[str], prompt_tokens: int) -> Generation:
