@@ -117,7 +117,7 @@ def test_server_stopped_mid_run(local, reference, tiny_qwen_dir, tmp_path):
         for restart in (True, False):
             server.log_path.write_text("")
             client = CompletionsClient(server.base_url, tokenizer, concurrency=1,
-                                       retries=6 if restart else 1, backoff=0.5 if restart else 0.05).check()
+                                       retries=7 if restart else 1, backoff=0.5 if restart else 0.05).check()
             out = {}
             run = threading.Thread(target=lambda c=client, o=out: o.update(
                 gens=c.generate(prompts, max_new_tokens=48, disable_progress=True)))
@@ -234,3 +234,21 @@ def test_prompts_lose_the_bos_a_server_adds_again(tiny_llama_dir):
         sent = fake.posts("/completions")[-1]["prompt"]
     assert tokenizer(sent)["input_ids"] == tokenizer(prompt, add_special_tokens=False)["input_ids"]
     assert g.prompt_tokens == len(tokenizer(prompt, add_special_tokens=False)["input_ids"])
+
+
+def test_api_key_is_a_header_only_when_given(tiny_qwen_dir):
+    tokenizer = AutoTokenizer.from_pretrained(tiny_qwen_dir)
+
+    def guarded(path, body):  # like `vllm serve --api-key k`
+        if fake.requests[-1][3].get("Authorization") != "Bearer k":
+            return 401, {"error": "Unauthorized"}
+        if path.endswith("/models"):
+            return 200, {"data": [{"id": "m"}]}
+        return 200, {"choices": [{"text": "ok", "finish_reason": "length"}], "usage": {"completion_tokens": 1}}
+
+    with ScriptedServer(guarded) as fake:
+        with pytest.raises(ValueError, match="HTTP 401.*Check the API key"):
+            CompletionsClient(fake.base_url, tokenizer).check()
+        assert "Authorization" not in fake.requests[0][3]
+        ((g,),) = CompletionsClient(fake.base_url, tokenizer, api_key="k").generate(["x"], disable_progress=True)
+    assert g.text == "ok"

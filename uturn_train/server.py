@@ -36,7 +36,16 @@ logger = logging.getLogger(__name__)
 
 
 class RequestFailed(Exception):
-    """A request that failed for good: a 4xx other than 408/429, or still failing after every retry."""
+    """A request that failed for good: a 4xx other than 408/429, or still failing after every retry.
+
+    Args:
+        message (`str`): what went wrong, with the server's answer.
+        status (`int`, *optional*): the HTTP status of the last answer, `None` if there was none.
+    """
+
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status
 
 
 def _retryable(status: int) -> bool:
@@ -79,22 +88,24 @@ class Endpoint:
             try:
                 response = self._client.request(method, url, json=body)
             except httpx.TransportError as e:  # refused, reset, timed out
-                error = f"{type(e).__name__}: {e or 'no detail'}"
+                error, status = f"{type(e).__name__}: {e or 'no detail'}", None
             else:
+                status = response.status_code
                 if response.status_code < 400:
                     try:
                         return response.json()
                     except ValueError as e:
-                        raise RequestFailed(f"{method} {url} answered non-JSON: {response.text[:200]!r}") from e
-                error = f"HTTP {response.status_code}: {response.text[:500]}"
-                if not _retryable(response.status_code):
-                    raise RequestFailed(error)
+                        raise RequestFailed(f"{method} {url} answered non-JSON: {response.text[:200]!r}",
+                                            status) from e
+                error = f"HTTP {status}: {response.text[:500]}"
+                if not _retryable(status):
+                    raise RequestFailed(error, status)
                 retry_after = response.headers.get("retry-after", "")
                 if retry_after.replace(".", "", 1).isdigit():
                     wait = float(retry_after)
             if attempt < self.retries:
                 time.sleep(wait)
-        raise RequestFailed(f"{error} (after {self.retries + 1} attempts)")
+        raise RequestFailed(f"{error} (after {self.retries + 1} attempts)", status)
 
     def post(self, path: str, body: dict) -> dict:
         """POST `body` to `base_url + path`; raises [`RequestFailed`]."""
@@ -105,10 +116,9 @@ class Endpoint:
         try:
             listing = self._send("GET", "/models", None)
         except RequestFailed as e:
-            raise ValueError(
-                f"{self.option} {self.base_url}: GET /models failed ({e}). Is the server running, and is "
-                f"{self.option} its API root, usually ending in /v1 (e.g. http://127.0.0.1:8000/v1)?"
-            ) from None
+            hint = (f"Is the server running, and is {self.option} its API root, usually ending in /v1 (e.g. "
+                    "http://127.0.0.1:8000/v1)?" if e.status not in (401, 403) else "Check the API key it was given.")
+            raise ValueError(f"{self.option} {self.base_url}: GET /models failed ({e}). {hint}") from None
         served = [m.get("id") for m in listing.get("data", []) if isinstance(m, dict)]
         if model is None:
             if len(served) != 1:
@@ -223,6 +233,9 @@ class CompletionsClient:
                 reply = self.endpoint.post("/completions", self._body(prompt, 1, 0.0, 0, stop_strings(self.tokenizer)))
                 break
             except RequestFailed as e:
+                if e.status not in (400, 422):  # only a rejected request body means "try the next form"
+                    self.flavour = None
+                    raise ValueError(f"{self.endpoint.base_url}/completions failed: {e}") from None
                 rejected.append(f"{flavour}: {e}")
         else:
             self.flavour = None

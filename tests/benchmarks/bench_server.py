@@ -8,8 +8,8 @@ prompts, greedy (not part of tests).
 are user-turn prompts after the testbed's held-out (query, answer) pairs when the model folder has them, GSM8K pairs
 from ../shared/data otherwise. The server runs in its own process with `OMP_NUM_THREADS=--threads`, the local side on
 `--threads` intra-op threads. Prints the CPU capability, both rates, their ratio, and how many greedy turns agree: as
-text, and as the probe's user turn, which keeps a role header that ended the turn (`text + stop`); transformers serve
-does not say which end token it met, so a turn that opened `<|im_start|>` loses it.
+text, as the probe's user turn, which keeps a role header that ended the turn (`text + stop`; transformers serve does
+not say which end token it met, so a turn that opened `<|im_start|>` loses it), and as the rule classifier's label.
 """
 
 import argparse
@@ -32,6 +32,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from uturn_train.chat import role_header_starts, user_turn_prompt
 from uturn_train.generation import generate
+from uturn_train.probe.classify import classify_turn
 from uturn_train.server import CompletionsClient
 from uturn_train.testbed import testbed_dir
 
@@ -68,8 +69,14 @@ def main():
         model_dir = tiny.save(tiny.tiny_causal_lm(tokenizer), tokenizer, work / "tiny")
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     headers = role_header_starts(tokenizer)
+    conversations = pairs(model_dir, args.n)
     prompts = [user_turn_prompt(tokenizer, [{"role": "user", "content": q}, {"role": "assistant", "content": a}])
-               for q, a in pairs(model_dir, args.n)]
+               for q, a in conversations]
+
+    def labels(gens):
+        return [classify_turn(q, a, probe_turn(g, headers), finish_reason=g.finish_reason).label
+                for (q, a), (g,) in zip(conversations, gens)]
+
     print(f"model {model_dir}, {len(prompts)} prompts, max_new_tokens {args.max_new_tokens}, threads {args.threads}, "
           f"cpu capability {torch.backends.cpu.get_cpu_capability()}, {os.cpu_count()} cpus")
 
@@ -98,9 +105,10 @@ def main():
             remote_s = time.perf_counter() - start
             same = sum(r.text == g.text and r.finish_reason == g.finish_reason for (r,), (g,) in zip(remote, local))
             turns = sum(probe_turn(r, headers) == probe_turn(g, headers) for (r,), (g,) in zip(remote, local))
+            same_labels = sum(a == b for a, b in zip(labels(remote), labels(local)))
             print(f"server, concurrency {concurrency}: {remote_s:.1f} s, {len(prompts) / remote_s:.2f} turns/s; "
                   f"local/server speed {remote_s / local_s:.2f}x; greedy texts identical {same}/{len(prompts)}, "
-                  f"probe turns {turns}/{len(prompts)}; errors {client.errors}")
+                  f"probe turns {turns}/{len(prompts)}, labels {same_labels}/{len(prompts)}; errors {client.errors}")
     finally:
         server.stop()
         shutil.rmtree(work)

@@ -76,9 +76,15 @@ class BadReply(ValueError):
 
 @dataclass(frozen=True)
 class JudgeError:
-    """A turn the judge gave no valid verdict for (request failed, or every reply was malformed)."""
+    """A turn the judge gave no valid verdict for.
+
+    Args:
+        error (`str`): why: the request failed, or every reply was malformed.
+        status (`int`, *optional*): the HTTP status of a request the endpoint answered with an error.
+    """
 
     error: str
+    status: int | None = None
 
 
 def parse_reply(content) -> JudgeVerdict:
@@ -183,7 +189,18 @@ class Judge:
         self.model, self.concurrency, self.reply_retries = model, concurrency, reply_retries
         self.cache = _Cache(Path(cache_dir) if cache_dir is not None else default_cache_dir())
         self.stats = {"requests": 0, "cache_hits": 0, "errors": 0}
-        self._checked = False
+        self._listed = self._answered = False
+
+    def check(self) -> "Judge":
+        """Fail now, before any work, unless the endpoint answers and lists `model` (`GET /models`).
+
+        Raises:
+            `ValueError`: wrong URL or key, or a model the endpoint does not serve.
+        """
+        if not self._listed:
+            self.endpoint.check_model(self.model, "--judge_model")
+            self._listed = True
+        return self
 
     def key(self, query: str, answer: str, turn: str) -> str:
         blob = json.dumps([self.model, RUBRIC_VERSION, query, answer, turn], ensure_ascii=False)
@@ -198,7 +215,7 @@ class Judge:
             try:
                 reply = self.endpoint.post("/chat/completions", body)
             except RequestFailed as e:
-                return JudgeError(f"request failed: {e}")
+                return JudgeError(f"request failed: {e}", e.status)
             try:
                 content = reply["choices"][0]["message"]["content"]
             except (KeyError, IndexError, TypeError):
@@ -230,15 +247,14 @@ class Judge:
         fresh: dict[str, JudgeVerdict | JudgeError] = {}
         if todo:
             pending = list(todo)
-            if not self._checked:
-                self.endpoint.check_model(self.model, "--judge_model")
+            self.check()
             attempts = self.endpoint.attempts
-            if not self._checked:
-                # A wrong URL, model or key fails every request alike: find out on one, before sending the rest.
+            if not self._answered:
+                # A bad key or a request form the endpoint refuses fails every request alike: find out on one.
                 first = self._ask(todo[pending[0]])
-                if isinstance(first, JudgeError) and "HTTP 4" in first.error:
+                if isinstance(first, JudgeError) and first.status is not None and 400 <= first.status < 500:
                     raise ValueError(f"the judge at {self.endpoint.base_url} rejects the request: {first.error}")
-                self._checked = True
+                self._answered = True
                 fresh[pending[0]] = first
                 self._store(pending[0], first)
                 pending = pending[1:]
