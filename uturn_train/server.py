@@ -119,7 +119,8 @@ class Endpoint:
             hint = (f"Is the server running, and is {self.option} its API root, usually ending in /v1 (e.g. "
                     "http://127.0.0.1:8000/v1)?" if e.status not in (401, 403) else "Check the API key it was given.")
             raise ValueError(f"{self.option} {self.base_url}: GET /models failed ({e}). {hint}") from None
-        served = [m.get("id") for m in listing.get("data", []) if isinstance(m, dict)]
+        data = listing.get("data") if isinstance(listing, dict) else None
+        served = [m.get("id") for m in data or [] if isinstance(m, dict)]
         if model is None:
             if len(served) != 1:
                 raise ValueError(f"{self.base_url} serves {served or 'no models'}; name one with {model_option}")
