@@ -4,6 +4,7 @@
     uturn classify --input turns.jsonl --output labelled.jsonl
     uturn testbed build [--out DIR] [--force] [--seed N]
     uturn mine --model testbed --mine_source testbed --mine_limit 256 --out pairs
+    uturn agreement --input labelled.jsonl [--judge_base_url URL --judge_model M] [--out DIR]
     uturn ablate --config recipes/testbed/ablation.yaml [--out DIR] [--dry_run] [--slurm]
     uturn report DIR [DIR...] [--out OUT] [--wandb]
 """
@@ -104,8 +105,14 @@ def _report(argv: list[str]) -> None:
     main(argv)
 
 
-COMMANDS = {"probe": _probe, "classify": _classify, "testbed": _testbed, "mine": _mine, "ablate": _ablate,
-            "report": _report}
+def _agreement(argv: list[str]) -> None:
+    from .probe.agreement import main as agreement_main
+
+    agreement_main(argv)
+
+
+COMMANDS = {"probe": _probe, "classify": _classify, "testbed": _testbed, "mine": _mine, "agreement": _agreement,
+            "ablate": _ablate, "report": _report}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -28,12 +28,16 @@ class Generation:
 
     Args:
         text (`str`): decoded with special tokens skipped, cut before the first stop string.
-        finish_reason (`str`): `"stop"` (a stop string or end-of-turn token ended it) or `"length"` (`max_new_tokens`).
-        stop (`str` or `None`): the stop string or token that ended it (e.g. `"<|im_end|>"`), `None` on length.
+        finish_reason (`str`): `"stop"` (a stop string or end-of-turn token ended it), `"length"` (`max_new_tokens`) or
+            `"error"` (a server request that failed for good, see `error`; no text).
+        stop (`str` or `None`): the stop string or token that ended it (e.g. `"<|im_end|>"`), `None` on length, on
+            error, or when a server does not say which end token it met.
         prompt_tokens (`int`): tokens in the prompt.
         completion_tokens (`int`): tokens generated before the end-of-turn token, which is not counted (the tokens of
             a stop string are).
-        token_ids (`tuple[int, ...]`): those tokens' ids.
+        token_ids (`tuple[int, ...]`): those tokens' ids (empty from a server, which returns text).
+        error (`str`, *optional*): why a server request failed (finish reason `"error"`); such a continuation is
+            counted apart and left out of every rate.
     """
 
     text: str
@@ -42,6 +46,7 @@ class Generation:
     prompt_tokens: int
     completion_tokens: int
     token_ids: tuple[int, ...] = ()
+    error: str | None = None
 
 
 def _finish(tokenizer, ids: list[int], end_ids: set[int], stops: list[str], prompt_tokens: int) -> Generation:
@@ -53,10 +58,11 @@ def _finish(tokenizer, ids: list[int], end_ids: set[int], stops: list[str], prom
     found = min(((text.find(s), s) for s in stops if s in text), default=None)
     token_ids = tuple(ids[:end])
     if found is not None:
-        return Generation(text[: found[0]], "stop", found[1], prompt_tokens, end, token_ids)
+        return Generation(text[: found[0]], "stop", found[1], prompt_tokens, end, token_ids=token_ids)
     if end < len(ids):
-        return Generation(text, "stop", tokenizer.convert_ids_to_tokens(ids[end]), prompt_tokens, end, token_ids)
-    return Generation(text, "length", None, prompt_tokens, end, token_ids)
+        stop = tokenizer.convert_ids_to_tokens(ids[end])
+        return Generation(text, "stop", stop, prompt_tokens, end, token_ids=token_ids)
+    return Generation(text, "length", None, prompt_tokens, end, token_ids=token_ids)
 
 
 def generate(

@@ -71,7 +71,8 @@ def ensure_testbed() -> Path:
 
 # The options that may name the testbed, and what they then get: the field holding the data, and the file.
 _DATA_OF = {"task": ("data", "heldout.jsonl"), "probe_task": ("probe_data", "heldout.jsonl"),
-            "mine_source": ("mine_data", "conversations.jsonl"), "prompt_source": ("prompt_data", "conversations.jsonl"),
+            "mine_source": ("mine_data", "conversations.jsonl"),
+            "prompt_source": ("prompt_data", "conversations.jsonl"),
             "collab_source": ("collab_data", "conversations.jsonl")}
 
 
