@@ -1,0 +1,196 @@
+"""Grounded follow-ups: a reaction to *this* conversation, not a question that would fit any answer.
+
+A follow-up rate counts every follow-up-shaped turn, and a model can max it out with one memorised question ("Why do
+you multiply in the first step?"). The grounded follow-up rate counts only the turns that react to their own
+conversation. The definition, in code in `is_grounded` and nowhere else:
+
+> A user turn is a **grounded follow-up** when (1) `classify_turn` labels it `followup` after its own query and
+> answer, and (2) it would not be a fitting follow-up of an unrelated conversation: classified after a *mismatched
+> context* (another prompt's query and answer from the same task, paired by a seeded derangement), it is not a
+> follow-up there, or it shares something specific with its own context that the mismatched one lacks.
+
+*Something specific* is a number other than the small ones that recur by chance (below 13, without decimals), a name,
+or content words of the query or the answer: one of the query or of the answer's opening, which say what the
+conversation is about, or two from further in the answer. Function words, words too generic to point anywhere
+("explain", "example", "step", "answer"; `cues.GENERIC`) and words that name a method rather than a subject
+("multiply", "calculate", "formula") never count.
+
+"How did you get 24?" is a follow-up after any worked answer ("how did you" points back), but 24 is in its own answer
+only: grounded. "Can you tell me more about that?", "Is that right?" or, on arithmetic, "Why do you multiply in the
+first step?" fit any answer and share nothing specific with theirs: not grounded.
+
+```python
+>>> query, answer = "Tom has 5 apples and buys 19 more. How many now?", "5 + 19 = 24. Tom has 24 apples."
+>>> other = ("A train travels 60 km in 2 hours. What is its speed?", "60 / 2 = 30, so 30 km per hour.")
+>>> is_grounded(query, answer, "How did you get 24?", *other).grounded
+True
+>>> is_grounded(query, answer, "Could you explain the steps again?", *other).grounded
+False
+```
+"""
+
+import random
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from . import cues
+from .classify import Verdict, _content, _context, _stem, classify_turn
+
+# Words that name how an answer was worked out, not what it is about: they fit every problem of a task.
+METHOD = frozenset(
+    map(
+        _stem,
+        ["multiply", "multiplied", "multiplication", "divide", "divided", "division", "add", "added", "addition",
+         "subtract", "subtracted", "subtraction", "sum", "product", "difference", "quotient", "remainder", "calculate",
+         "calculated", "calculation", "compute", "computed", "computation", "equation", "formula", "plus", "minus",
+         "times", "result", "solve", "solved", "solving", "solution", "method", "reason", "reasoning", "logic",
+         "operation", "adding", "dividing"],
+    )
+)
+_PUNCTUATION = re.compile(r"[\W_]+")
+
+
+@dataclass(frozen=True)
+class Grounding:
+    """Whether a user turn is a grounded follow-up (see the module docstring).
+
+    Args:
+        grounded (`bool`):
+            A follow-up in its own conversation that would not fit the mismatched one.
+        mismatch_label (`str`):
+            The turn's label after the mismatched context (one of `LABELS`).
+        reason (`str`):
+            A short human-readable why, e.g. `"shares '24' with its own conversation, not with the other"`.
+    """
+
+    grounded: bool
+    mismatch_label: str
+    reason: str
+
+
+def derangement(n: int, seed: int) -> list[int]:
+    """A seeded permutation of `range(n)` with no fixed point: item `i` is paired with item `result[i] != i`.
+
+    Sattolo's shuffle, which draws a single cycle: every item is someone's mismatched context exactly once.
+
+    Raises:
+        ValueError: when `n < 2`, where no item has another to be paired with (the grounded rate is undefined).
+    """
+    if n < 2:
+        raise ValueError(f"a mismatched context needs at least 2 distinct contexts, got {n}")
+    order = list(range(n))
+    rng = random.Random(seed)
+    for i in range(n - 1, 0, -1):
+        j = rng.randrange(i)  # j < i (not <= i): no item stays in place
+        order[i], order[j] = order[j], order[i]
+    return order
+
+
+def normalize_turn(text: str) -> str:
+    """The text of a turn for counting distinct follow-ups: markup dropped, casefolded, punctuation and whitespace
+    collapsed ("Why 24?<|im_end|>" and "why  24" are one text)."""
+    return _PUNCTUATION.sub(" ", cues.MARKUP.sub(" ", text).casefold()).strip()
+
+
+def _small(number: str) -> bool:
+    return number.isdigit() and int(number) < 13
+
+
+def _specific(query: str, answer: str, user_turn: str, other_query: str, other_answer: str) -> list[str]:
+    """What the turn shares with its own context and not with the other, if it is enough to be specific (else [])."""
+    own, other = _context(query, answer), _context(other_query, other_answer)
+    words = cues.WORD.findall(user_turn.lower().replace("’", "'"))
+    shared = (_content(set(words)) & own.content) - other.content - METHOD
+    if not shared:
+        return []
+    names = {_stem(name.lower()) for name in cues.NAME.findall(user_turn)}
+    weight = 0
+    for item in shared:
+        if item[0].isdigit():
+            weight += 0 if _small(item) else 2
+        else:
+            weight += 2 if item in own.topic or item in names else 1
+    return sorted(shared) if weight >= 2 else []
+
+
+def is_grounded(
+    query: str,
+    answer: str,
+    user_turn: str,
+    other_query: str,
+    other_answer: str,
+    *,
+    verdict: Verdict | None = None,
+    finish_reason: str | None = None,
+) -> Grounding:
+    """Decide whether `user_turn` is a grounded follow-up of `(query, answer)`, with `(other_query, other_answer)` as
+    the mismatched context (see the module docstring for the definition).
+
+    Args:
+        query (`str`), answer (`str`), user_turn (`str`):
+            The turn and its own conversation, as for `classify_turn`.
+        other_query (`str`), other_answer (`str`):
+            Another prompt's query and answer from the same task (e.g. paired by `derangement`).
+        verdict (`Verdict`, *optional*):
+            The turn's verdict in its own conversation, when already computed.
+        finish_reason (`str`, *optional*):
+            Passed on to `classify_turn`.
+
+    Returns:
+        [`Grounding`]
+
+    Raises:
+        ValueError: when the mismatched context is the turn's own, which controls for nothing.
+    """
+    if (other_query, other_answer) == (query, answer):
+        raise ValueError("the mismatched context is the turn's own conversation; pair it with another one")
+    if verdict is None:
+        verdict = classify_turn(query, answer, user_turn, finish_reason=finish_reason)
+    mismatch = classify_turn(other_query, other_answer, user_turn, finish_reason=finish_reason).label
+    if not verdict.is_followup:
+        return Grounding(False, mismatch, f"not a follow-up in its own conversation ({verdict.label})")
+    if mismatch != "followup":
+        return Grounding(True, mismatch, f"a follow-up here, not after another conversation ({mismatch})")
+    shared = _specific(query, answer, user_turn, other_query, other_answer)
+    if shared:
+        items = ", ".join(map(repr, shared[:3]))
+        return Grounding(True, mismatch, f"fits another conversation too, but shares {items} with its own only")
+    return Grounding(False, mismatch, "fits another conversation as well and shares nothing specific with its own")
+
+
+def ground_rows(rows: Sequence[Mapping], seed: int = 0, verdicts: Sequence[Verdict] | None = None) -> list[Grounding]:
+    """`is_grounded` for every row (`query`, `answer`, `user_turn`, optional `finish_reason`) of a file or a probe.
+
+    The rows' distinct `(query, answer)` contexts are paired by `derangement(n, seed)`: every turn of one context is
+    controlled with the same other context from the rows.
+
+    Args:
+        rows (`Sequence[Mapping]`):
+            The labelled turns.
+        seed (`int`, *optional*, defaults to 0):
+            Seed of the pairing.
+        verdicts (`Sequence[Verdict]`, *optional*):
+            The rows' verdicts in their own conversations, when already computed.
+
+    Raises:
+        ValueError: when the rows hold fewer than 2 distinct contexts (the grounded decision is undefined).
+    """
+    contexts = list(dict.fromkeys((row["query"], row["answer"]) for row in rows))
+    if len(contexts) < 2:
+        raise ValueError(
+            f"grounded needs turns from at least 2 distinct (query, answer) contexts to pair them; got {len(contexts)}"
+        )
+    index = {context: i for i, context in enumerate(contexts)}
+    other = derangement(len(contexts), seed)
+    return [
+        is_grounded(
+            row["query"],
+            row["answer"],
+            row["user_turn"],
+            *contexts[other[index[row["query"], row["answer"]]]],
+            verdict=verdicts[i] if verdicts is not None else None,
+            finish_reason=row.get("finish_reason"),
+        )
+        for i, row in enumerate(rows)
+    ]
