@@ -1,7 +1,9 @@
 """The follow-up classifier, on real turns from ../shared/data and on hand-made cases for every label."""
 
 import random
+import sys
 from collections import Counter, defaultdict
+from pathlib import Path
 
 import pytest
 
@@ -42,8 +44,10 @@ def test_followups_of_another_conversation_are_mostly_not(oasst):
         other = next(o for o in others[i:] + others[:i] if o.meta["message_tree_id"] != e.meta["message_tree_id"])
         verdicts.append(classify_turn(other.query, other.answer, e.reference_followup))
     # Generic follow-ups ("Can you explain that more simply?") fit any conversation, and so do references back ("Are
-    # they free?", "Can you add comments?"): a real follow-up is made to lean on its conversation; 0.345 when written.
-    assert (share := rate(verdicts, {"followup"})) <= 0.35, why(share, verdicts)
+    # they free?", "Can you add comments?", "Try again but this time ..."): a real follow-up is made to lean on its
+    # conversation; 0.345 when written, 0.353 once reworks under a new constraint counted as references back (issue
+    # 10). Telling such turns apart from grounded ones is the grounded decision's job (test_grounding.py).
+    assert (share := rate(verdicts, {"followup"})) <= 0.36, why(share, verdicts)
     assert (share := rate(verdicts, {"new_topic"})) >= 0.58, why(share, verdicts)
 
 
@@ -318,3 +322,60 @@ def test_deterministic(oasst):
     assert all(isinstance(v, Verdict) and v.label in LABELS and v.reason for v in first)
     with pytest.raises(AttributeError):
         first[0].label = "followup"
+
+
+def test_validity_on_real_turns_not_tuned_on(shared_data):
+    # The held-out half of the labelled OASST turns, MT-Bench's second turns and the negatives built from that half
+    # (eval/classifier_validity.py prints every source; the rules were changed looking at the dev half only).
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "eval"))
+    import classifier_validity as validity
+
+    scores = validity.scores(validity.sources(shared_data)["test"])
+    assert scores["followup"]["f1"] >= 0.90, scores["followup"]
+    for label in ("identity_drift", "repetition", "new_topic", "empty", "degenerate"):
+        assert scores[label]["support"] >= 20 and scores[label]["f1"] >= 0.85, (label, scores[label])
+
+
+ASKS = ("Which bank branch has the longest opening hours?",
+        "There are two branches in town, one downtown and one on Main Street. Which one do you mean?")
+STORY = ("Tell me a story about a dragon.", "Once upon a time, a small dragon named Ember lived in a cave above a "
+         "village. One winter the village lost its fire, and Ember flew down to light the lamps.")
+NEEDS = ("Can you help me plan my week?", "Sure, I need more information first: what are your main commitments this "
+         "week, and how many hours can you work each day?")
+DECLINES = ("Write a review of Terminator 2.",
+            "As an AI, I do not have personal opinions, so I cannot write a review.")
+POEM = ("Write a short poem about autumn.",
+        "Leaves fall softly down,\ngolden light on quiet ground,\nthe year breathes.")
+
+
+@pytest.mark.parametrize(
+    "context,turn,label",
+    [
+        # a short reply to the assistant's question
+        (ASKS, "The one on Main Street.", "followup"),
+        (ASKS, "Downtown, I think.", "followup"),
+        (ASKS, "What is the capital of Peru?", "new_topic"),
+        # a request to continue
+        (STORY, "Keep going.", "followup"),
+        (STORY, "Go on!", "followup"),
+        (STORY, "What happens next?", "followup"),
+        # facts about the user's own situation, after the assistant asked for them
+        (NEEDS, "I work Monday to Friday, 9 to 5, and I have a dentist appointment on Wednesday.", "followup"),
+        (NEEDS, "Mostly meetings. I can do about six hours of focused work a day.", "followup"),
+        (NEEDS, "Write a haiku about the sea.", "new_topic"),
+        # push-back after a refusal
+        (DECLINES, "Just pretend you are a film critic and write it anyway.", "followup"),
+        (DECLINES, "Please, it is for a class assignment.", "followup"),
+        (DECLINES, "Okay, then just summarize the plot in three sentences.", "followup"),
+        (DECLINES, "How do I bake sourdough bread?", "new_topic"),
+        # the previous answer redone under a new constraint
+        (POEM, "Now write it as a limerick about a cat who loves fish.", "followup"),
+        (POEM, "Make one about spring for my daughter's birthday card.", "followup"),
+        (POEM, "Try again but this time from the point of view of a tree.", "followup"),
+        (POEM, "Make the tone darker.", "followup"),
+        (POEM, "What is the boiling point of water at altitude?", "new_topic"),
+    ],
+)
+def test_followups_the_classifier_used_to_miss(context, turn, label):
+    # The kinds of misses issue 10 lists, in phrasings written for this test (none is from the evaluation data).
+    assert classify_turn(*context, turn).label == label

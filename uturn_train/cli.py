@@ -29,10 +29,16 @@ def _probe(argv: list[str]) -> None:
     run_probe_job(args, settings)
 
 
-def classify_file(input_path: str, output_path: str) -> Counter:
-    """Label every row (`query`, `answer`, `user_turn`, optional `finish_reason`) of a jsonl file; atomic output."""
+def classify_file(input_path: str, output_path: str, seed: int = 0) -> list[dict]:
+    """Label every row (`query`, `answer`, `user_turn`, optional `finish_reason`) of a jsonl file; atomic output.
+
+    Each row gains `label` and `reason`, and `grounded` and `mismatch_label` (see `probe/grounding.py`), the mismatched
+    contexts drawn from the file's other rows with `seed`; both are null when the file holds one context only, where
+    grounded is undefined. Returns the labelled rows.
+    """
     from .io import write_jsonl
-    from .probe.classify import classify_turn
+    from .probe.classify import Verdict, classify_turn
+    from .probe.grounding import ground_rows
 
     rows = []
     with open(input_path, encoding="utf-8") as f:
@@ -47,25 +53,36 @@ def classify_file(input_path: str, output_path: str) -> Counter:
             if missing:
                 raise ValueError(f"{input_path}:{line_no}: missing string field(s) {missing}; every row needs "
                                  "`query`, `answer` and `user_turn`")
-            verdict = classify_turn(row["query"], row["answer"], row["user_turn"],
-                                    finish_reason=row.get("finish_reason"))
+            verdict = classify_turn(row["query"], row["answer"], row["user_turn"], row.get("finish_reason"))
             rows.append({**row, "label": verdict.label, "reason": verdict.reason})
     if not rows:
         raise ValueError(f"{input_path} holds no rows")
+    try:
+        groundings = ground_rows(rows, seed, verdicts=[Verdict(r["label"], r["reason"]) for r in rows])
+    except ValueError as e:  # one context: nothing to mismatch it with, and grounded is undefined
+        logging.getLogger(__name__).warning("%s: grounded is undefined (%s)", input_path, e)
+        groundings = [None] * len(rows)
+    for row, g in zip(rows, groundings):
+        row["grounded"], row["mismatch_label"] = (g.grounded, g.mismatch_label) if g else (None, None)
     write_jsonl(output_path, rows)
-    return Counter(r["label"] for r in rows)
+    return rows
 
 
 def _classify(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(prog="uturn classify", description="Label user turns generated elsewhere.")
     parser.add_argument("--input", required=True, help="jsonl with query, answer, user_turn (finish_reason optional)")
-    parser.add_argument("--output", required=True, help="jsonl: the input rows plus label and reason")
+    parser.add_argument("--output", required=True,
+                        help="jsonl: the input rows plus label, reason, grounded and mismatch_label")
+    parser.add_argument("--seed", type=int, default=0, help="seed pairing each context with another row's (grounded)")
     args = parser.parse_args(argv)
-    counts = classify_file(args.input, args.output)
-    n = sum(counts.values())
+    rows = classify_file(args.input, args.output, seed=args.seed)
+    n = len(rows)
     print(f"{n} turns -> {args.output}")
-    for label, c in counts.most_common():
+    for label, c in Counter(r["label"] for r in rows).most_common():
         print(f"  {label:<16} {c:>6}  {c / n:.3f}")
+    if rows[0]["grounded"] is not None:
+        grounded = sum(r["grounded"] for r in rows)
+        print(f"  {'grounded':<16} {grounded:>6}  {grounded / n:.3f}  (grounded follow-ups, --seed {args.seed})")
 
 
 def _testbed(argv: list[str]) -> None:

@@ -1,4 +1,4 @@
-"""Classify a generated user turn: is it a grounded follow-up to the answer, or something else?
+"""Classify a generated user turn: is it a follow-up to the answer, or something else?
 
 The probe shows a chat model `[query; answer]` and lets it write the next *user* turn. This module labels that turn
 with fast, deterministic rules (stdlib only, tens of thousands of turns per second on one core); the English cues it
@@ -13,17 +13,20 @@ reads are in `cues.py`.
 
 Checks run from the most to the least certain: empty, degenerate (loops, gibberish), an assistant role header,
 repetition of an earlier turn, the assistant's phrases and voice, a turn that announces the next question ("Next
-question: ...", "Q2:") or poses a problem of its own (two sentences that state numbers, then a question) without
-pointing back, thanks only, and last a user-style turn, which is a follow-up when it is grounded in the conversation
-and a new topic when it brings a subject of its own. What a turn brings is its *load*: its content words the
-conversation does not have, plus one for each new name ("Japan").
+question: ...", "Q2:") or poses a problem of its own (two sentences that state numbers, then a question; or a word
+problem about someone new with three quantities) without pointing back, thanks only, and last a user-style turn,
+which is a follow-up when it is grounded in the conversation and a new topic when it brings a subject of its own.
+What a turn brings is its *load*: its content words the conversation does not have, plus one for each new name
+("Japan").
 
 - *Shared words* ground it: one topic word (in the query, or in the answer's opening words), or two words the answer
   says further on; a long turn must share about one content word in eight.
 - *References back* ground it without a shared word, as far as its load allows. Always: "you said", "rewrite your
   explanation", "do the same for", "Are you sure?". With a load of at most 5: "this algorithm", "these suggestions",
   "the above code", "Are they free?", "caused by this?", "Do I have to?", "which is best?", "make it shorter",
-  "translate it", "explain more simply", "in more detail", "what about ...", a turn that opens with "But" or "And".
+  "translate it", "explain more simply", "in more detail", "what about ...", a turn that opens with "But" or "And",
+  a rework under a new constraint ("Now write it as a limerick", "Make one about spring", "Try again but this
+  time ...", "How would your assessment change ...").
   At most 3: "the first one", "step 2", "the code", "again", "instead", "... there?". At most 2: "it", "they",
   "also", "another", "a faster way". At most 1: an edit verb ("Can you add comments?"), "should I", "I don't
   understand", or one word from further in the answer. A pronoun after an opening sentence of the user's own ("I
@@ -34,15 +37,21 @@ conversation does not have, plus one for each new name ("Japan").
   entanglement more simply?", "Translate 'good morning' into French") it is a new topic. Questions about the
   assistant itself ("What is your name?", "What can you do?") are a new topic unless the query was about it too.
 - A statement is the user's reply when the assistant asked something ("Which language?" -> "Python, please.";
-  "Please provide the text" -> "Yes, here's the abstract: ...").
+  "Please provide the text" -> "Yes, here's the abstract: ..."), or when the answer did not know or needed more ("I
+  am unaware of ..." -> the user tells it). After an answer that declines, a request that presses it ("Just pretend
+  you are a critic.", "It's for a school project.") is a follow-up.
+- The voice of a request that pastes material after a colon ("Please format this text: ...") is the request's.
+
+Whether a follow-up is *grounded* in this conversation rather than fitting any is decided in `grounding.py`.
 """
 
 import functools
+import itertools
 import re
-import zlib
 from dataclasses import dataclass
 
 from . import cues
+from .degenerate import compression, degenerate
 
 LABELS = ("followup", "acknowledgement", "identity_drift", "repetition", "new_topic", "empty", "degenerate")
 
@@ -67,9 +76,12 @@ class Verdict:
 
 
 def _stem(word: str) -> str:
-    # Crude but fast: "extensions" ~ "extension", "gravitational" ~ "gravitation", "developing" ~ "development".
+    # Crude but fast: "extensions" ~ "extension", "gravitational" ~ "gravitation", "developing" ~ "development",
+    # "entities" ~ "entity".
     if word.endswith("'s"):
         word = word[:-2]
+    elif len(word) > 4 and word.endswith("ies"):
+        word = word[:-3] + "y"
     elif len(word) > 3 and word.endswith("s") and not word.endswith("ss"):
         word = word[:-1]
     return word[:6]
@@ -91,49 +103,6 @@ def _content(distinct: set[str]) -> set[str]:
     return stems
 
 
-def _compression(text: str) -> float:
-    """Compressed over raw size: about 0.5 for prose and 0.3 for code, under 0.2 when a span repeats many times."""
-    data = text.encode()
-    # An 8 KiB window holds the 2,000 characters compressed at most: the default's result at half its cost.
-    return len(zlib.compress(data, 6, 13)) / len(data)
-
-
-def _degenerate(text: str, words: list[str], distinct: set, joined: str, finish_reason: str | None) -> str | None:
-    n_words = len(words)
-    if n_words >= 8 and len(distinct) <= n_words // 8:
-        return f"loops over {len(distinct)} distinct word(s)"
-    # Compressing is the costly check: only for text with many repeated words (loops repeat all of theirs), or few
-    # words for its length (scripts without spaces, symbols). A loop shows in the last 1000 characters.
-    if len(text) >= 100 and (len(distinct) < 0.5 * n_words or n_words < len(text) / 12):
-        tail = _compression(text[-min(len(text) // 2, 1000) :])
-        # A loop with a period too long to show in the tail shows in 2000 characters, and still leaves a tail under 0.5.
-        if tail < 0.15 or (tail < 0.5 and _compression(text[-2000:]) < 0.22):
-            return "loops: the same span repeats many times"
-        if finish_reason == "length" and tail < 0.3:
-            return "cut off at the token limit mid-loop"
-    tokens = text.split()
-    numbers = len(cues.NUMBER_WORD.findall(joined))
-    if n_words >= 8 and numbers > 0.6 * len(tokens) and len(cues.NUMBER_TOKEN.findall(text)) > 0.6 * len(tokens):
-        return "gibberish: a stream of numbers"
-    if n_words - numbers >= 5 and cues.STOPWORDS.isdisjoint(words):
-        if len(cues.UNPRONOUNCEABLE.findall(joined)) >= 0.1 * (n_words - numbers):
-            return "gibberish: mostly letter strings that are not words"
-    # Prose is nearly all ASCII words and spaces, one word per token: these checks only run on text that is not.
-    nonspace = len(text) - text.count(" ") - text.count("\n")
-    if len(joined) - n_words - 1 < 0.9 * nonspace or n_words > 1.3 * len(tokens):
-        if nonspace >= 20 and len(cues.SYMBOL.findall(text)) > 0.5 * nonspace:
-            return "gibberish: mostly symbols"
-        # Token salad is a stream of fragments, or of word pieces without the function words every sentence has;
-        # code and math, also full of odd tokens, come in lines or fenced blocks.
-        if len(tokens) >= 15 and text.count("\n") < 0.1 * len(tokens) and "```" not in text:
-            clean = len(cues.CLEAN_TOKEN.findall(text))
-            if clean < 0.55 * len(tokens) or (clean < 0.8 * len(tokens) and cues.STOPWORDS.isdisjoint(words)):
-                return "gibberish: token salad"
-    if len(text.encode()) - len(text) >= 8 and sum(1 for script in cues.SCRIPTS if script.search(text)) >= 4:
-        return "gibberish: mixes four or more writing systems"  # (the check runs on text with some non-ASCII)
-    return None
-
-
 @dataclass(frozen=True)
 class _Context:
     query_words: tuple
@@ -144,6 +113,8 @@ class _Context:
     content: frozenset
     topic: frozenset  # content of the query and the answer's opening words: what the conversation is about
     asks_user: bool  # the answer ends by asking the user something
+    lacks: bool  # ... or it does not know or follow, or needs more from the user
+    declines: bool  # ... or it declines the request
     wants_material: bool  # ... for a text, code or data to work on
     about_assistant: bool  # the query asks about the assistant itself
 
@@ -157,15 +128,18 @@ def _context(query: str, answer: str) -> _Context:
     answer_content = _content(set(answer_words))
     opening = _content(set(answer_words[:20]))
     tail = f" {' '.join(answer_words[-50:])} "
+    ends = f" {' '.join(answer_words[:40])} {tail}" if len(answer_words) > 90 else f" {' '.join(answer_words)} "
     return _Context(
         query_words=tuple(query_words),
         answer_words=tuple(answer_words),
-        query_pairs=frozenset(zip(query_words, query_words[1:])),
-        answer_pairs=frozenset(zip(answer_words, answer_words[1:])),
+        query_pairs=frozenset(itertools.pairwise(query_words)),
+        answer_pairs=frozenset(itertools.pairwise(answer_words)),
         vocabulary=frozenset(query_words) | frozenset(answer_words),
         content=frozenset(query_content | answer_content),
         topic=frozenset(query_content | opening),
         asks_user="?" in answer[-300:] or bool(cues.ASKS_USER.search(tail)),
+        lacks=bool(cues.LACKS.search(ends)),
+        declines=bool(cues.DECLINES.search(ends)),
         wants_material=bool(cues.WANTS_MATERIAL.search(tail)),
         about_assistant=bool(cues.ABOUT_ASSISTANT.search(f" {' '.join(query_words)} ")),
     )
@@ -179,7 +153,9 @@ def _repetition(words: list[str], distinct: set, ctx: _Context) -> str | None:
     # copies (and the pairs need not be built).
     if len(words) < 4 or len(distinct - ctx.vocabulary) > 0.3 * len(words):
         return None
-    pairs = set(zip(words, words[1:]))
+    pairs = set(itertools.pairwise(words))
+    if (words[0], words[1]) not in ctx.query_pairs | ctx.answer_pairs and cues.RESTATES.match(" ".join(words[:5])):
+        return None  # "I actually wanted you to ..." says it restates
     # A short question may borrow a phrase of a long answer ("Why does it determine the energy levels?"): a turn of
     # fewer than 12 words copies a long answer only when it opens with the answer's words too.
     for name, source in (("the query", ctx.query_pairs), ("the answer", ctx.answer_pairs)):
@@ -230,6 +206,8 @@ def _reference(joined: str, rest: str, load: int, grounding: int) -> str | None:
     load -= grounding  # a word from further in the answer is half a match: it carries one new word
     limit = 2 if load <= 2 else 3 if load <= 3 else 5 if load <= 5 else None
     cue = (cues.REFERENCE_WITHIN[limit] if limit else cues.POINTS_BACK).search(joined)
+    if cue and " your " in cue.group(0) and cues.CREATES.search(joined, 0, cue.start()):
+        cue = None  # "Implement a heap and explain your code": the code it asks for, not an earlier one
     if not cue and limit:
         cue = _anaphor(rest)
         if not cue and (" to " in joined or " which " in joined):
@@ -265,13 +243,13 @@ def classify_turn(query: str, answer: str, user_turn: str, finish_reason: str | 
     # A user turn of 256 tokens is about 1,500 characters: longer text is judged on its start, and its end is only
     # checked for a loop.
     if len(text) > 2000:
-        if _compression(text[-1000:]) < 0.15:
+        if compression(text[-1000:]) < 0.15:
             return Verdict("degenerate", "loops: the same span repeats many times")
         text = text[:2000]
     lower = text.lower().replace("’", "'")
     words = cues.WORD.findall(lower)
     joined, distinct = f" {' '.join(words)} ", set(words)
-    reason = _degenerate(text, words, distinct, joined, finish_reason)
+    reason = degenerate(text, words, distinct, joined, finish_reason)
     if reason:
         return Verdict("degenerate", reason)
     if header:
@@ -289,7 +267,23 @@ def classify_turn(query: str, answer: str, user_turn: str, finish_reason: str | 
     announced = cues.NEW_TASK.match(lower)
     if announced and not cues.POINTS_BACK.search(joined):
         return Verdict("new_topic", f"announces the next question: {announced.group(0).strip(' :.!?,;-')!r}")
-    if "?" in lower and len(cues.GIVEN.findall(lower)) >= 2 and not cues.REFERENCE_WITHIN[5].search(joined):
+    given = cues.GIVEN.findall(cues.LIST_MARKER.sub("", lower) if "\n" in lower else lower) if "?" in lower else ()
+    # A word problem about someone new ("Dana can run four times faster than ... in six hours?") states three
+    # quantities, two of them new to the conversation: a problem of its own, not a variant of this one.
+    if (
+        len(words) >= 20
+        and len(given) < 2
+        and text[0].isupper()
+        and "=" not in lower
+        and words[0] not in ctx.vocabulary
+        and cues.STOPWORDS.isdisjoint(words[:1])
+        and cues.PERSON.isdisjoint(distinct)
+        and not cues.ASK_OPENING.match(lower)
+        and ("?" in lower or cues.ASK_LATER.search(lower))
+    ):
+        numbers = {w for w in distinct if w[0].isdigit() or w in cues.NUMBER_WORDS}
+        given = numbers if len(numbers) >= 3 and len(numbers - ctx.vocabulary) >= 2 else ()
+    if len(given) >= 2 and not cues.REFERENCE_WITHIN[5].search(joined):
         return Verdict("new_topic", "poses a problem of its own: states its own numbers, then asks")
 
     # Thanks set aside, does the turn ask for anything? And does it explain, advise, list or solve like an answer?
@@ -300,14 +294,27 @@ def classify_turn(query: str, answer: str, user_turn: str, finish_reason: str | 
     questions = min(rest.count("?") + rest.count("？"), 3)
     opening = 2 * bool(cues.ASK_OPENING.match(rest))
     n_words = len(words)
+    # A request that pastes material to work on ("Format this text for me:\n..."): the voice is the request's, whatever
+    # the material says.
+    voice, voice_joined = lower, joined
+    material = cues.MATERIAL.search(lower, 8) if ":" in lower else None
+    if material:
+        head = lower[: material.start()]
+        head_joined = f" {' '.join(cues.WORD.findall(head))} "
+        # The user's own words ("please", "can you", "my"): "Run the following command:" is the assistant's.
+        if "?" in head or cues.ASK_PHRASE.search(head_joined) or cues.FIRST_PERSON.search(head_joined):
+            voice, voice_joined = head, head_joined
+    explains = cues.EXPLAINS.findall(voice_joined)
+    if explains and " you " in voice_joined and cues.INSTRUCTS.search(voice_joined):
+        explains = [phrase for phrase in explains if not phrase.startswith(" you")]  # instructions, not advice
     assistant = (
-        len(cues.EXPLAINS.findall(joined))
-        + (min(len(cues.YOUR_THING.findall(joined)), 2) if " your " in joined else 0)
-        + lower.count("however,")
-        + 2 * bool(cues.ANSWER_OPENING.match(lower))
-        + (min(len(cues.STRUCTURE.findall(lower)), 3) if "\n" in lower else 0)
-        + (min(len(cues.EQUATION.findall(lower)), 3) if "=" in lower or "<<" in lower else 0)
-        + n_words // 80  # users rarely write at length; answers do
+        len(explains)
+        + (min(len(cues.YOUR_THING.findall(voice_joined)), 2) if " your " in voice_joined else 0)
+        + voice.count("however,")
+        + 2 * bool(cues.ANSWER_OPENING.match(voice))
+        + (min(len(cues.STRUCTURE.findall(voice)), 3) if "\n" in voice else 0)
+        + (min(len(cues.EQUATION.findall(voice)), 3) if "=" in voice or "<<" in voice else 0)
+        + (n_words if voice is lower else voice_joined.count(" ") - 1) // 80  # users rarely write at length
     )
     # The costlier user cues are only looked for when the cheap ones do not settle the voice.
     later = phrases = first_person = 0
@@ -316,9 +323,13 @@ def classify_turn(query: str, answer: str, user_turn: str, finish_reason: str | 
         phrases = min(len(cues.ASK_PHRASE.findall(joined)), 2)
         first_person = bool(cues.FIRST_PERSON.search(joined))
     asks = questions or opening or later or phrases
-    if not asks and n_words <= 60 and (thanked or not cues.CLOSER.sub(" ", joined).strip()):
-        if not cues.PUSHBACK.search(f" {' '.join(cues.WORD.findall(rest))} "):  # "Thanks, but that's wrong" is not
-            return Verdict("acknowledgement", "only thanks or closes")
+    if (
+        not asks
+        and n_words <= 60
+        and (thanked or not cues.CLOSER.sub(" ", joined).strip())
+        and not cues.PUSHBACK.search(f" {' '.join(cues.WORD.findall(rest))} ")  # "Thanks, but that's wrong" is not
+    ):
+        return Verdict("acknowledgement", "only thanks or closes")
     # The assistant asked for something and the turn hands it over: long, maybe answer-like, but the user's.
     if ctx.wants_material and cues.SUPPLIES.match(lower):
         return Verdict("followup", "gives what the assistant asked for")
@@ -341,7 +352,11 @@ def classify_turn(query: str, answer: str, user_turn: str, finish_reason: str | 
         grounded = grounding >= max(2, 0.24 * len(content))
         load += min(new, 3)
 
+    # After an answer that does not know or needs more, the user tells it what it lacked, in the user's voice.
+    informs = ctx.lacks and assistant == 0
     if not asks:
+        if informs and n_words <= 150 and (grounded or ctx.topic.intersection(shared)):
+            return Verdict("followup", "tells the assistant what it lacked; " + _refers(shared))
         if n_words > 60:
             return Verdict("identity_drift", "a long statement that asks nothing, written like an answer")
         reacts = user or cues.REACTS.search(joined)
@@ -349,8 +364,8 @@ def classify_turn(query: str, answer: str, user_turn: str, finish_reason: str | 
             if (reacts and n_words <= 30) or (ctx.asks_user and n_words <= 15 and cues.REPLY_OPENING.match(lower)):
                 return Verdict("followup", "reacts to the answer; " + _refers(shared))
             return Verdict("identity_drift", "restates instead of asking; " + _refers(shared))
-        if ctx.asks_user and n_words <= 40:
-            return Verdict("followup", "answers the assistant's question")
+        if (ctx.asks_user and n_words <= 40) or ((informs or ctx.asks_user and first_person) and n_words <= 60):
+            return Verdict("followup", "answers the assistant's question or tells it what it lacked")
         if not (reacts or cues.PUSHBACK.search(joined)):
             return Verdict("identity_drift", "states facts like an answer, asks nothing")
         reference = "the answer" if load <= 2 else _reference(joined, rest, load, grounding)
@@ -360,8 +375,10 @@ def classify_turn(query: str, answer: str, user_turn: str, finish_reason: str | 
 
     if grounded:
         return Verdict("followup", "asks about it; " + _refers(shared))
-    if ctx.asks_user and not (questions or opening or later) and (first_person or n_words <= 12):
+    if (ctx.asks_user or ctx.lacks) and not (questions or opening or later) and (first_person or n_words <= 12):
         return Verdict("followup", "answers the assistant's question")
+    if (ctx.declines or ctx.lacks) and load <= 5 and cues.INSISTS.search(joined):
+        return Verdict("followup", "presses the request the assistant declined")
     meta = " you" in joined and not ctx.about_assistant and cues.ABOUT_ASSISTANT.search(joined)
     if meta:
         return Verdict("new_topic", f"asks about the assistant, not the answer: {meta.group(0).strip()!r}")

@@ -84,7 +84,7 @@ GENERIC = """question problem answer explain explanation example help helpful te
     response reply text list describe description provide suggest suggestion recommend understand clarify elaborate
     expand continue rewrite case option word sentence per total half twice amount number left advice tip topic enough
     change start begin add create done found trying other others making getting having things ways include ask
-    important""".split()
+    important top keep happen""".split()
 
 # A capitalised word inside a sentence: a name, which gives a request a subject of its own ("... live in Japan?").
 NAME = re.compile(r" (?<=[a-z0-9,;:] )([A-Z][A-Za-z0-9]+(?:[-.'][A-Za-z0-9]+)*)")
@@ -98,7 +98,10 @@ HELPER = _phrases(
     r"would you (?:like|want) me to|you(?:'d| would) like me to|would you like (?:to know|more|any|a)",
     r"what (?:else )?would you like to (?:know|do|discuss|talk about|learn)|can i (?:provide|help with) anything",
     r"do you have (?:any )?(?:other |more |further )?questions|i(?:'ve| have| was| am) (?:been )?trained (?:on|by)",
-    r"as an? (?:text based )?ai|as a (?:large )?language model",
+    r"as an? (?:text based )?ai|as a (?:large )?language model|i(?:'m| am) not a (?:person|human|real person)",
+    r"i(?:'m| am) (?:just |only )?(?:a|an) (?:[a-z-]+ ){0,2}(?:program|bot|chatbot|language model|ai|machine)",
+    r"(?:are|were) you (?:looking for|interested in)|help me understand (?:your|what you)",
+    r"(?:what|which) (?:sort|kind|type) of [a-z]+ (?:most )?interests you",
     r"i(?:'m| am) (?:just )?an? (?:ai|artificial|open source|language model|virtual|chatbot|assistant)",
     r"i (?:cannot|can't|am unable to|am not able to) (?:help you|assist you|browse|access the internet|access real|"
     r"answer (?:that|this|your))|i(?:'m| am) not (?:connected|able to connect) to the internet",
@@ -127,6 +130,13 @@ EXPLAINS = _phrases(
     r"(?:this|which) (?:means|allows|helps|ensures)|based on (?:your|the information)|in summary|in conclusion",
     r"to summarize|i apologi[sz]e|i(?:'m| am) sorry (?:for|about|but|if)",  # a user may apologize too
 )
+# A request that sets the assistant a role or rules ("I want you to act as ...", "Your task is ..."): its "you will"
+# and "you should" instruct, they do not advise.
+INSTRUCTS = _phrases(
+    r"i(?: want| need|'d like| would like) you to|act as|pretend (?:to be|you(?:'re| are))|imagine (?:that )?you",
+    r"your (?:task|job|role|goal) is",
+    r"you are (?:now |going to be )?(?:an?|my) [a-z]+(?: [a-z]+)? (?:who|that|and|for|in)",
+)
 # What the assistant made or holds, that a user asks about ("your answer", "your code").
 _ITS_OWN = (
     r"answer|response|reply|explanation|example|solution|code|list|script|suggestion|approach|method|version|story|"
@@ -142,23 +152,29 @@ EQUATION = re.compile(r"\d(?: ?[a-z/%]+){0,2} ?[-+*/×x÷] ?\$?\.?\d[\d.,]*(?: ?
 
 # The user's voice. Verbs a request opens with; not the ones an answer advises with ("try", "use", "consider").
 _REQUEST_VERB = _by_first_letter(
-    """add adjust alter amend answer calculate change clarify compare compose compute continue convert correct count
-    craft create define describe design determine dive double draft draw edit elaborate embed estimate evaluate expand
-    explain express extend find finish fix format generate give help identify imagine implement improve include
-    incorporate let's list modify name outline paraphrase pick plot pretend prove provide rank recommend redo
-    reformulate remove rephrase replace repeat reword rework rewrite revise say shorten show simplify solve sort specify
-    suggest summarize summarise take teach tell translate update verify walk write"""
+    """adapt add adjust alter amend analyze analyse answer apply argue assess calculate change check cite clarify
+    classify compare compose compute condense continue convert correct count craft create critique debug define
+    describe design determine discuss dive double draft draw edit elaborate embed estimate evaluate expand explain
+    express extend find finish fix format generate give group guess help highlight identify illustrate imagine
+    implement improve include incorporate justify label let's list modify name optimize optimise organize outline
+    paraphrase pick plot predict pretend prove provide rank recommend redo refactor reformulate remove rephrase replace
+    repeat reply respond return review reword rework rewrite revise say shorten show simplify solve sort specify
+    suggest summarize summarise suppose assume take teach tell translate turn update verify walk write"""
 )
-_REQUEST_VERB = rf"(?:{_REQUEST_VERB}|come up|make(?! sure))\b"
+_REQUEST_VERB = rf"(?:{_REQUEST_VERB}|come up|make(?! sure)|keep(?= going| on| it| them| the)|go on|carry on)\b"
 # How a user turn opens when it asks without a question mark ("what is contour lines", "Explain it line by line").
 ASK_OPENING = re.compile(
     r"\W*(?:(?:and|but|so|ok|okay|then|also|now|well|great|cool|nice|perfect|yes|no|wait|hmm|please|ah|oh|thanks|"
-    r"thank you)[,.!]?\s+)*(?:(?:what|why|how|when|where)(?:'s|\s+(?:is|are|was|were|do|does|did|can|could|would|will|"
-    r"should|to|about|many|much|long|often|if|else|kind|type|sort|exactly))\b|(?:which|who|whom|whose|is|are|was|"
+    r"thank you|just|fine|alright|all right)[,.!]?\s+)*(?:(?:what|why|how|when|where)(?:'s|\s+(?:is|are|was|were|do|"
+    r"does|did|can|could|would|will|should|to|about|many|much|long|often|if|else|kind|type|sort|exactly))\b|(?:which|"
+    r"who|whom|whose|is|are|was|"
     rf"were|do|does|did|can|could|would|will|should|shall|any|now)\b|{_REQUEST_VERB})"
 )
 # A request further in, after some context: "... If there were 20 helmets, calculate the total."
-ASK_LATER = re.compile(rf"[.!?:;,\n]\s*(?:now |please )?{_REQUEST_VERB}")
+ASK_LATER = re.compile(
+    rf"[.!?:;,\n]\s*(?:now |please |so |and |but )?(?:{_REQUEST_VERB}|(?:what|why|how)(?:'s| (?:is|are|do|does|can|"
+    r"could|should|would|will)\b))"
+)
 ASK_PHRASE = _phrases(
     r"please|pls|plz|(?:can|could|would|will) (?:you|u|we)|help me|tell me|give me|show me",
     r"i(?: would|'d) like|(?<! all )i (?:want|wanted|need|needed|wish)(?! to thank)",
@@ -184,8 +200,8 @@ THANKS = re.compile(
 CLOSER = _phrases(
     r"(?:that's|that is) all(?: i (?:need|needed|wanted))?|bye|goodbye|good night|have a (?:nice|good|great) [a-z]+",
     r"take care|got it|makes sense|that (?:helps|helped|works|worked)|i (?:see|understand)|no more questions",
-    r"(?:(?:this|that|it)(?:'s| is| was) (?:very |really |so )?)?(?:great|helpful|perfect|awesome|useful|clear|amazing|"
-    r"good|nice|interesting|cool|wonderful|excellent|ok|okay|alright|wow|brilliant|fantastic|lovely)",
+    r"(?:(?:this|that|it)(?:'s| is| was) (?:very |really |so )?)?(?:great|helpful|perfect|awesome|useful|clear|"
+    r"amazing|good|nice|interesting|cool|wonderful|excellent|ok|okay|alright|wow|brilliant|fantastic|lovely)",
     r"i(?:'ll| will) (?:try|give|do) (?:it|that|this)(?: a try)?",
 )
 # The answer's last words ask the user for something ("Please specify the city"; a question mark does too), or for
@@ -198,8 +214,39 @@ WANTS_MATERIAL = _phrases(
     r"(?:please|could you|can you|would you)(?: please)? (?:provide|share|send|paste|give|upload|post|copy)",
     r"(?:provide|share|send|paste|give|upload|post) (?:me|us) (?:with )?(?:the|your|a|an|some)",
 )
+# The answer falls short. It lacks something: it does not know or follow, or needs more from the user, who tells it
+# next. Or it declines, and the user presses the request.
+LACKS = _phrases(
+    r"i (?:do not|don't|can not|cannot|can't) (?:know|understand|comprehend|tell|see|find|predict|say|put)",
+    r"i(?:'m| am) (?:unaware|not sure|not familiar|not aware)|(?:not|impossible) (?:possible|able) to (?:make|give|"
+    r"provide|say|predict|answer|tell|know)|(?:without|need|needs|require|requires) (?:more|further|additional|some) "
+    r"(?:information|info|context|details)|(?:what|which|how) do you mean|(?:can|could) you (?:clarify|specify|"
+    r"elaborate|rephrase|tell me more|be more)",
+    r"(?:don't|do not) (?:quite )?(?:get|understand|follow) (?:what|your|the)",
+    r"let me know (?:what|which|how|more)",
+)
+DECLINES = _phrases(
+    r"i (?:can't|cannot|am unable to|am not able to|won't|will not|can not) (?:help|assist|provide|write|answer|do|"
+    r"comply|create|generate|access|browse|give)|i(?:'m| am) (?:sorry|afraid|not able|unable)|as an? (?:ai|language "
+    r"model)|i (?:do not|don't) have (?:personal|access|the ability)",
+)
+# The user presses a request the assistant declined ("Just pretend you are a critic.", "It's for a school project.").
+INSISTS = _phrases(
+    r"anyway|anyways|anyhow|regardless|just|still|i know|i insist|come on|i(?:'m| am) (?:asking|not asking)",
+    r"(?:it's|it is|this is) (?:for|just|only)|pretend|hypothetical(?:ly)?|imagine|fictional",
+)
 # How a short reply to the assistant's question opens ("No, just the top folder.").
-REPLY_OPENING = re.compile(r"\W*(?:yes|yeah|yep|no|nope|sure|ok|okay|only|just|both|neither|either)\b")
+REPLY_OPENING = re.compile(
+    r"\W*(?:yes|yeah|yep|no|nope|sure|ok|okay|only|just|both|neither|either|none|all|any|maybe|probably|definitely|"
+    r"mostly|i|i'm|i'd|i'll|my|we|our|(?:the|that|this) (?:one|ones|first|second|third|last|other|latter|former))\b"
+)
+# A turn that restates the request and says so ("I actually wanted you to ...", "No, I meant ...") is not a copy.
+RESTATES = re.compile(
+    r"\W*(?:no|nope|but|actually|again|as i said|like i said|what i (?:want|wanted|meant|asked)|i (?:actually |really "
+    r"|just |only )?(?:wanted|want|meant|mean|asked|said|need|needed)(?! to thank))\b"
+)
+# Material pasted after a colon: a text in quotes or backticks, or on the next line.
+MATERIAL = re.compile(r":[ \t]*(?:\n|[\"“'`])")
 # The turn hands over what the assistant asked for ("Yes, here's the abstract: ...", "Here is my code").
 SUPPLIES = re.compile(r"\W*(?:(?:yes|yeah|ok|okay|sure)\b[,.!]?\s*here(?:'s| is| are)\b|here(?:'s| is| are) my\b)")
 
@@ -225,6 +272,13 @@ NEW_TASK = re.compile(
 
 # A sentence that states a number ("A novel has 90 pages."): a turn with two of them before its question poses a
 # problem of its own, like a worksheet's next one, even on the same subject as the answer.
+# Quantities a word problem states in words, and the persons a user's turn (not a word problem) speaks in.
+NUMBER_WORDS = frozenset(
+    {"two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve", "twenty", "thirty",
+     "forty", "fifty", "hundred", "thousand", "twice", "half", "double", "triple"}
+)
+PERSON = frozenset({"i", "i'm", "i've", "i'd", "i'll", "me", "my", "we", "our", "us", "you", "your", "you're"})
+LIST_MARKER = re.compile(r"^[ \t]*\d+[.)][ \t]", re.MULTILINE)
 GIVEN = re.compile(r"(?:^|(?<=[.!?\n]))\s*(?:[^.!?\n]|\.(?=\d))*\d(?:[^.!?\n]|\.(?=\d))*\.(?=\s|$)")
 
 # References back to the conversation, from the surest to the weakest. A request that makes one is a follow-up unless
@@ -240,7 +294,8 @@ _ARTIFACT = (  # what an answer is made of, or holds
 _EDIT = _by_first_letter(  # verbs that rework a text that is already there
     """add remove delete drop cut change modify edit fix correct shorten lengthen expand extend simplify rephrase reword
     rewrite redo translate summarize summarise condense continue finish improve refine polish revise update adjust
-    tweak convert reformat format rank sort reorder elaborate clarify comment annotate paraphrase"""
+    tweak convert reformat format rank sort reorder elaborate clarify comment annotate paraphrase optimize
+    optimise refactor debug adapt"""
 )
 _MANNER = (
     r"simply|simple|clearly|clear|concise|concisely|briefly|brief|formal|formally|casual|detailed|technical|"
@@ -263,6 +318,7 @@ _SURE = (
     r"missing|outdated|useless|bad|great|good)|isn't|aren't|wasn't|doesn't|don't|didn't|seems?|sounds?|looks?|says|"
     r"said|mentions|mentioned|changes?|would change))",
     r"are you (?:sure|certain|kidding|serious|joking)|not what i (?:asked|meant|wanted|said)|i meant|why not",
+    r"(?:would|will|does|did|might|could) your [a-z]+(?: [a-z]+)? (?:change|differ|be different|still (?:hold|apply))",
 )
 # Strong: a demonstrative ("this algorithm", "these suggestions", "the above code"), a rework of something already
 # there ("make it shorter", "translate it", "explain more simply", "in more detail"), a turn that opens with "But" or
@@ -277,13 +333,22 @@ _STRONG = (
     r"(?:make|keep|write|rewrite|explain|say|put|phrase|describe|summari[sz]e|word|be) (?:it |this |that |them |"
     r"these |those |everything |the [a-z]+ )?(?:a (?:bit|little|lot) |much |even |slightly |way )?(?:(?:more|less)"
     rf"(?= $| (?:{_MANNER}) )|shorter|longer|simpler|easier|clearer|larger|bigger|smaller|funnier|briefer|simply|"
-    r"concise|formal|casual)",
+    r"concise|formal|casual|darker|lighter|happier|sadder|scarier|stronger|softer|warmer|friendlier|catchier|punchier|"
+    r"livelier|richer|tighter|cuter)",
     r"make (?:it|this|that|them) (?:a (?:bit|little|lot) |much |even |slightly |way )?(?:more|less) [a-z]+",
+    r"make (?:it|this|that|them) (?!(?:to|big|work|happen|through|out|up|home|possible|easy to|hard to)\b)[a-z]+",
+    r"(?:compare|contrast|combine|merge|connect|link|relate) (?:it|this|that|them|these|those)",
+    r"(?:say|write|put|phrase|word|explain|tell|ask|do) (?:it|this|that|them) (?:[a-z]{3,}ly|differently|better)",
+    r"which of (?:the|these|those) (?:two|three|four|five|ones|options|choices|ideas|suggestions)",
     rf"(?:{_EDIT}|explain) (?:it|them|(?:me )?(?:the|your|this|that|these|those) (?:[a-z]+ )?(?:{_ARTIFACT}))",
     r"(?:in|into) (?:more|greater|further|much more) detail|in (?:simpler|plainer|easier|other|fewer) (?:terms|words)",
     r"(?:on|about) (?:the|this|that) (?:topic|subject|matter)(?! of )|which of (?:them|these|those)",
     r"(?<=^ )(?:but|and|or)|(?:what|how) about|what if|(?:do|try|redo|repeat) (?:it|this|that|the same(?: [a-z]+)?) "
-    r"again",
+    r"again|but this time|this time around|one more time|once more|same (?:thing|again|but|for|with)",
+    # redone under a new constraint ("Now write it as a limerick", "Do it in Rust", "Make one about spring")
+    r"(?:write|rewrite|do|redo|make|turn|put|present|format|give|tell|say|try|show|explain|translate|answer|draw|sing|"
+    r"compose|generate|create) (?:it|this|that|them|these|those|one|another one|the same(?: [a-z]+)?|a new one|"
+    r"a similar one|one more) (?:again|as|in|into|for|but|without|with|using|like|from|about|where|so|only|instead)",
     r"is (?:that|this) (?:true|right|correct|accurate|so|really)|(?:that|this|it)(?:'s| is| was) not (?:what|right|"
     r"correct|true|it)",
 )
@@ -314,7 +379,7 @@ OWN_SETUP = re.compile(r"\W*(?:i|i'm|i'd|i've|i'll|my|we|we're|we've|our)\b[^.?!
 _DEICTIC = (
     r"(?:the|your) (?:answer|response|reply|explanation|examples?|solution|code|list|script|program|function|method|"
     r"approach|version|suggestions?|story|poem|essay|article|outline|text|task|sections?|paragraphs?|sentences?|"
-    r"steps?|points?|options?|ideas?|ones?)",
+    r"steps?|points?|options?|ideas?|ones?|results?|outputs?|table|data|entit(?:y|ies)|items?)",
     r"the (?:first|second|third|fourth|fifth|last|previous|same|other|next|final|latter|former|\d+ ?(?:st|nd|rd|th))",
     r"(?:step|point|option|item|line|part|number|paragraph|example) \d+|above|instead|again|similar",
     r"there(?= $)",  # the turn ends on it: "Why do you compute 15 * 2 there?"
@@ -328,6 +393,7 @@ _WEAK = (
     r"smaller|bigger|safer|more [a-z]+)(?! than )",
 )
 POINTS_BACK = _phrases(*_SURE)
+CREATES = _phrases(r"(?:write|implement|create|generate|compose|draft|build|design|develop|make) (?:me )?(?:an?|the)")
 # The references a request may make when it brings at most 5, 3 or 2 new words, each found in one pass.
 REFERENCE_WITHIN = {
     5: _phrases(*_SURE, *_STRONG),
@@ -342,19 +408,3 @@ NEXT_STEP = _phrases(
     r"(?:should|shall) (?:i|we)|i (?:don't|do not|didn't|still don't) (?:understand|get|follow)",
     r"i(?:'m| am) (?:confused|lost)",
 )
-
-# Degenerate text. A token reads as a word, number or run of another script, with ordinary punctuation around it.
-CLEAN_TOKEN = re.compile(
-    r"(?<!\S)[\"'“‘(\[*_`]*(?:[A-Za-z\u00C0-\u024F]+(?:['’\-./][A-Za-z\u00C0-\u024F]+)*|[$€£]?\d+(?:[.,:/\-]\d+)*%?|"
-    r"[^\W\d_A-Za-z]+)[\"'”’)\].,;:!?*_`]*(?!\S)"
-)
-NUMBER_TOKEN = re.compile(r"(?<!\S)[$€£(]*\d+(?:[.,:/\-]\d+)*[%)]?[.,;:!?]?(?!\S)")
-NUMBER_WORD = re.compile(r" \d")
-UNPRONOUNCEABLE = re.compile(r"[b-df-hj-np-tv-xz]{5}| [b-df-hj-np-tv-xz]{4,}(?= )")
-SYMBOL = re.compile(r"[^\w\s]")
-# Writing systems: Latin, Greek, Cyrillic, Hebrew, Arabic, Indic, Thai, kana and CJK, Hangul.
-SCRIPTS = [
-    re.compile(f"[{r}]")
-    for r in "a-zA-Z \u0370-\u03ff \u0400-\u04ff \u0590-\u05ff \u0600-\u06ff \u0900-\u0dff \u0e00-\u0e7f "
-    "\u3040-\u30ff\u4e00-\u9fff \uac00-\ud7af".split()
-]

@@ -41,10 +41,11 @@ from .classify import Verdict, _content, _context, _stem, classify_turn
 METHOD = frozenset(
     map(
         _stem,
-        """multiply multiplied multiplying multiplication divide divided dividing division add added adding addition
-        subtract subtracted subtracting subtraction sum product difference quotient remainder calculate calculated
-        calculation compute computed computation equation formula plus minus times result solve solved solving
-        solution method reason reasoning logic operation order""".split(),
+        ["multiply", "multiplied", "multiplication", "divide", "divided", "division", "add", "added", "addition",
+         "subtract", "subtracted", "subtraction", "sum", "product", "difference", "quotient", "remainder", "calculate",
+         "calculated", "calculation", "compute", "computed", "computation", "equation", "formula", "plus", "minus",
+         "times", "result", "solve", "solved", "solving", "solution", "method", "reason", "reasoning", "logic",
+         "operation", "adding", "dividing"],
     )
 )
 _PUNCTUATION = re.compile(r"[\W_]+")
