@@ -56,6 +56,12 @@ def mining_overrides(data) -> list[str]:
             "--mine_max_new_tokens", "8", "--mine_answer_max_new_tokens", "12", "--anchor_ratio", "0.5"]
 
 
+def grpo_overrides(data) -> list[str]:
+    return ["--prompt_source", "conversations", "--prompt_data", str(data[0]), "--prompt_limit", "8",
+            "--anchor_share", "0.25", "--prompt_answer_max_new_tokens", "12", "--num_generations", "2",
+            "--per_device_train_batch_size", "4", "--max_completion_length", "8"]
+
+
 def history(out) -> list[dict]:
     return [json.loads(line) for line in (Path(out) / "probe_history.jsonl").read_text().splitlines()]
 
@@ -123,9 +129,30 @@ def test_collab_dpo_mines_trains_and_goes_offline(tiny_qwen_dir, data, tmp_path,
     assert any(w.abs().sum() > 0 for k, w in weights.items() if "lora_B" in k)  # B starts at zero: it trained
 
 
-def launch(args: list[str], recipe_args: list[str], out: Path, timeout: int = 900) -> None:
+def test_collab_grpo_rewards_user_turns_and_anchors(tiny_qwen_dir, data, tmp_path, capsys):
+    recipe = load_recipe("collab_grpo")
+    out = tmp_path / "grpo"
+    # A random model's turns all get the same verdict; a tight length budget makes their rewards differ, so GRPO has
+    # an advantage to follow.
+    args = recipe.make_parser().parse_args_and_config(
+        ["--config", str(ROOT / "recipes" / "testbed" / "collab_grpo.yaml"), *overrides(tiny_qwen_dir, data, out),
+         *grpo_overrides(data), "--user_turn_budget", "3"])
+    recipe.main(*args)
+    assert "6 user-turn prompts (self answers) and 2 anchor problems" in capsys.readouterr().out
+    assert [r["step"] for r in history(out)] == [0, 2, 4] and all(r["error"] is None for r in history(out))
+    assert (out / "probe_history.png").stat().st_size > 0
+    from safetensors.torch import load_file
+
+    weights = load_file(out / "adapter_model.safetensors")
+    assert any(w.abs().sum() > 0 for k, w in weights.items() if "lora_B" in k)  # B starts at zero: it trained
+    state = json.loads((out / "checkpoint-4" / "trainer_state.json").read_text())
+    logged = {k for h in state["log_history"] for k in h}
+    assert {"rewards/user_turn/mean", "rewards/length_guard/mean", "rewards/accuracy/mean"} <= logged
+
+
+def launch(args: list[str], recipe_args: list[str], out: Path, timeout: int = 900, recipe: str = "collab_dpo") -> None:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", *args, str(ROOT / "recipes" / "collab_dpo.py"),
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", *args, str(ROOT / "recipes" / f"{recipe}.py"),
            *recipe_args]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
@@ -183,3 +210,16 @@ def test_a_crash_between_a_save_and_its_probe_is_made_good_on_resume(tiny_qwen_d
     assert all(r["error"] is None for r in history(out))
     assert "reusing the" in resumed.stdout and (out / "pairs" / "mining_card.json").stat().st_mtime_ns == mined
     assert "probing the restored checkpoint of step 2" in resumed.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("launcher", [
+    ["--multi_gpu", "--num_processes", "2"],
+    ["--config_file", str(ROOT / "accelerate_configs" / "deepspeed_zero3.yaml"), "--num_processes", "2"],
+], ids=["ddp", "zero3"])
+def test_collab_grpo_two_processes(launcher, tiny_qwen_dir, data, tmp_path):
+    out = tmp_path / "grpo"
+    launch(launcher, ["--config", str(ROOT / "recipes" / "testbed" / "collab_grpo.yaml"),
+                      *overrides(tiny_qwen_dir, data, out), *grpo_overrides(data)], out, recipe="collab_grpo")
+    assert [r["step"] for r in history(out)] == [0, 2, 4]  # one record per probed step: only rank 0 writes
+    assert {"self_attn.q_proj", "linear_attn.in_proj_qkv", "mlp.down_proj"} <= adapter_modules(out)

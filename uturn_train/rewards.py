@@ -6,8 +6,8 @@ user turn reacts to), `other_query`/`other_answer` (a mismatched context, for th
 function returns one float per completion, or None where it does not apply (TRL leaves those out of the sum), and TRL
 logs each function's mean as `rewards/<name>/mean`.
 
-- [`UserTurnReward`]: the user-turn probe's verdict as a reward: +1 for a grounded follow-up, less for one that fits any
-  answer, 0 for thanks, below 0 for a new topic, and -1 for identity drift, repetition, empty or degenerate turns.
+- [`UserTurnReward`]: the user-turn probe's verdict as a reward: +1 for a grounded follow-up, 0 for one that fits any
+  answer, for thanks and for a new topic, and -1 for identity drift, repetition, empty or degenerate turns.
 - [`LengthGuard`]: a penalty for user turns longer than a budget, so a turn cannot gain by padding.
 - [`accuracy`]: 1 for a correct answer to an anchor problem (`tasks.gsm8k.is_correct`), 0 otherwise.
 """
@@ -16,10 +16,11 @@ from .probe.classify import classify_turn
 from .probe.grounding import is_grounded
 from .tasks import gsm8k
 
-# The reward of each verdict. A generic follow-up ("Can you explain that more simply?") earns a quarter of a grounded
-# one: it is better than leaving the conversation, but a policy that learns one such question for every answer must
-# not max out the reward (the probe reports that as a low grounded rate and few distinct follow-ups).
-LABEL_REWARD = {"grounded": 1.0, "followup": 0.25, "acknowledgement": 0.0, "new_topic": -0.25,
+# The reward of each verdict. Only a grounded follow-up earns anything. A follow-up that fits any answer ("Can you
+# break it down for me?") earns what a new topic or thanks earn: with 0.25 for it (and -0.25 for a new topic), the
+# testbed's greedy turn became one such question for 187 of 200 prompts by step 100 (grounded rate 0.02), because
+# every group whose samples held no grounded follow-up still rewarded the generic one over the rest.
+LABEL_REWARD = {"grounded": 1.0, "followup": 0.0, "acknowledgement": 0.0, "new_topic": 0.0,
                 "identity_drift": -1.0, "repetition": -1.0, "empty": -1.0, "degenerate": -1.0}
 
 

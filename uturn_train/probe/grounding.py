@@ -5,9 +5,10 @@ you multiply in the first step?"). The grounded follow-up rate counts only the t
 conversation. The definition, in code in `is_grounded` and nowhere else:
 
 > A user turn is a **grounded follow-up** when (1) `classify_turn` labels it `followup` after its own query and
-> answer, and (2) it would not be a fitting follow-up of an unrelated conversation: classified after a *mismatched
-> context* (another prompt's query and answer from the same task, paired by a seeded derangement), it is not a
-> follow-up there, or it shares something specific with its own context that the mismatched one lacks.
+> answer, (2) it does not ask where a number came from that its own conversation never mentions, and (3) it would not
+> be a fitting follow-up of an unrelated conversation: classified after a *mismatched context* (another prompt's query
+> and answer from the same task, paired by a seeded derangement), it is not a follow-up there, or it shares something
+> specific with its own context that the mismatched one lacks.
 
 *Something specific* is a number other than the small ones that recur by chance (below 13, without decimals), a name,
 or content words of the query or the answer: one of the query or of the answer's opening, which say what the
@@ -16,8 +17,10 @@ conversation is about, or two from further in the answer. Function words, words 
 ("multiply", "calculate", "formula") never count.
 
 "How did you get 24?" is a follow-up after any worked answer ("how did you" points back), but 24 is in its own answer
-only: grounded. "Can you tell me more about that?", "Is that right?" or, on arithmetic, "Why do you multiply in the
-first step?" fit any answer and share nothing specific with theirs: not grounded.
+only: grounded. "How did you get 63 years?" after an answer that never says 63 reacts to nothing in it (2): a policy
+trained with GRPO on this decision learned that template and filled in numbers of its own. "Can you tell me more about
+that?", "Is that right?" or, on arithmetic, "Why do you multiply in the first step?" fit any answer and share nothing
+specific with theirs: not grounded.
 
 ```python
 >>> query, answer = "Tom has 5 apples and buys 19 more. How many now?", "5 + 19 = 24. Tom has 24 apples."
@@ -97,6 +100,26 @@ def _small(number: str) -> bool:
     return number.isdigit() and int(number) < 13
 
 
+# A question that presupposes the answer said a number: "How did you get 24?", "Where does the 8 come from?", "Why 63?".
+_NUMBER = r"\$?(\d[\d,]*(?:\.\d+)?)"
+_ASKS_ABOUT_NUMBER = re.compile(
+    rf"\b(?:how|where)\s+(?:did|do|does|can|could)\s+(?:you|we|they|it|i)\s+(?:get|got|find|come up with|arrive at|"
+    rf"calculate|compute)\b[^.?!\n]{{0,20}}?{_NUMBER}"
+    rf"|\bwhere\s+(?:does|do|did)\s+(?:the\s+|that\s+|this\s+)?{_NUMBER}[^.?!\n]{{0,30}}?\bcome\s+from"
+    rf"|\bwhy\s+(?:is\s+it\s+|are\s+there\s+)?{_NUMBER}(?![\d.,]*\s*[-+*/x×])"
+)
+
+
+def _missing_number(user_turn: str, query: str, answer: str) -> str | None:
+    """The number a turn asks about as if the conversation had said it, when it did not."""
+    own = _context(query, answer).content
+    for match in _ASKS_ABOUT_NUMBER.finditer(user_turn.lower()):
+        number = next(g for g in match.groups() if g).rstrip(".,").replace(",", "")
+        if number not in own:
+            return number
+    return None
+
+
 def _specific(query: str, answer: str, user_turn: str, other_query: str, other_answer: str) -> list[str]:
     """What the turn shares with its own context and not with the other, if it is enough to be specific (else [])."""
     own, other = _context(query, answer), _context(other_query, other_answer)
@@ -150,6 +173,9 @@ def is_grounded(
     mismatch = classify_turn(other_query, other_answer, user_turn, finish_reason=finish_reason).label
     if not verdict.is_followup:
         return Grounding(False, mismatch, f"not a follow-up in its own conversation ({verdict.label})")
+    missing = _missing_number(user_turn, query, answer)
+    if missing:
+        return Grounding(False, mismatch, f"asks about {missing}, which its conversation never says")
     if mismatch != "followup":
         return Grounding(True, mismatch, f"a follow-up here, not after another conversation ({mismatch})")
     shared = _specific(query, answer, user_turn, other_query, other_answer)
