@@ -104,6 +104,46 @@ def test_bad_configuration_fails_at_construction(tiny_qwen_dir, tmp_path):
         UserTurnProbeCallback(ProbeArguments(probe_data=str(tmp_path / "nope.jsonl")), tok)
 
 
+def test_judge_labeler_logs_the_judges_rates(tiny_qwen_dir, gsm8k_file, tmp_path):
+    from serve import ScriptedServer
+    from transformers import AutoTokenizer
+
+    from uturn_train.probe.classify import LABELS
+
+    def label_of(turn):  # a scripted judge: deterministic, and unlike the rules
+        return "followup" if len(turn) % 2 else "new_topic"
+
+    def judge(path, body):
+        if path.endswith("/models"):
+            return 200, {"data": [{"id": "judge-model"}]}
+        label = label_of(json.loads(body["messages"][1]["content"])["user_turn"])
+        content = json.dumps({"label": label, "grounded": label == "followup", "reason": "scripted"})
+        return 200, {"choices": [{"message": {"role": "assistant", "content": content}}]}
+
+    judged = dict(probe_labeler="judge", probe_judge_model="judge-model", probe_judge_cache_dir=str(tmp_path / "c"))
+    with ScriptedServer(judge) as fake:
+        trainer = make_trainer(tiny_qwen_dir, tmp_path / "judged", gsm8k_file, max_steps=2,
+                               probe_judge_base_url=fake.base_url, **judged)
+        trainer.train()
+        tok = AutoTokenizer.from_pretrained(tiny_qwen_dir)
+        with pytest.raises(ValueError, match="does not serve 'other-judge'"):  # before training
+            UserTurnProbeCallback(ProbeArguments(**{**judged, "probe_judge_base_url": fake.base_url,
+                                                    "probe_judge_model": "other-judge",
+                                                    "probe_data": str(gsm8k_file)}), tok)
+    with pytest.raises(ValueError, match="needs judge_base_url and judge_model .*as probe_\\* options"):
+        ProbeArguments(**judged)
+    probed = [h for h in trainer.state.log_history if "probe/judge_followup_rate/T0.0" in h]
+    assert [h["step"] for h in probed] == [0, 2] and all(h["probe/judge_errors"] == 0.0 for h in probed)
+    for h in probed:
+        rows = [json.loads(line) for line in (tmp_path / "judged" / "probe" / f"step_{h['step']}.jsonl").open()]
+        assert all(r["label"] == label_of(r["user_turn"]) and r["rules_label"] in LABELS for r in rows)
+        for t in (0.0, 1.0):
+            of_t = [r for r in rows if r["temperature"] == t]
+            rate = sum(label_of(r["user_turn"]) == "followup" for r in of_t) / len(of_t)
+            assert h[f"probe/followup_rate/T{t}"] == h[f"probe/judge_followup_rate/T{t}"] == rate
+            assert h[f"probe/judge_grounded_rate/T{t}"] == rate
+
+
 def test_wandb_offline_records_probe_scalars(tiny_qwen_dir, gsm8k_file, tmp_path, monkeypatch):
     import wandb
     from wandb_records import history_rows
