@@ -74,8 +74,8 @@ def print_table(result: dict) -> None:
         table.add_column(col, justify="right")
     labeler = result.get("labeler", "rules")
     for entry in result["settings"]:
-        # With two labelers, a second line per temperature holds the judge's figures.
-        for name, s in ((labeler, entry), ("judge", entry.get("judge"))):
+        # With both labelers, a second line per temperature holds the judge's figures.
+        for name, s in (("judge" if labeler == "judge" else "rules", entry), ("judge", entry.get("judge"))):
             if s is None:
                 continue
             tag = "" if labeler == "rules" else f" {name}"
