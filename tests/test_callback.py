@@ -178,10 +178,11 @@ def test_wandb_offline_records_probe_scalars(tiny_qwen_dir, gsm8k_file, tmp_path
     assert [(t["probe/samples/nrows"], t["probe/samples/increment_num"]) for t in tables][:1] == [(15, 0)]
 
 
-def _launch(args, out, model_dir, data, timeout=900):
+def _launch(args, out, model_dir, data, judge_url, timeout=900):
     # TORCH_EXTENSIONS_DIR stays at its default: DeepSpeed compiles its CPU op once and reuses it.
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", *args, str(SCRIPT), str(model_dir), str(out), str(data)]
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", *args, str(SCRIPT), str(model_dir), str(out), str(data),
+           judge_url]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stderr[-4000:]
 
@@ -191,19 +192,41 @@ def _greedy(out, step):
     return [(r["id"], r["answer"], r["user_turn"], r["label"]) for r in rows if r["temperature"] == 0.0]
 
 
+def _judge(path, body):
+    """A scripted judge for the launched runs: labels by the turn's length."""
+    if path.endswith("/models"):
+        return 200, {"data": [{"id": "judge-model"}]}
+    label = "followup" if len(json.loads(body["messages"][1]["content"])["user_turn"]) % 2 else "new_topic"
+    return 200, {"choices": [{"message": {"content": json.dumps({"label": label, "grounded": False})}}]}
+
+
+def _judged(out) -> int:
+    """Distinct (query, answer, turn) of every probe of a run: what its judge had to be asked."""
+    rows = [json.loads(line) for path in (Path(out) / "probe").glob("step_*.jsonl") for line in path.open()]
+    assert rows and all(r["judge_label"] in ("followup", "new_topic") for r in rows)
+    return len({(r["query"], r["answer"], r["user_turn"]) for r in rows})
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("launcher", ["ddp", "zero3"])
 def test_two_processes_match_one(launcher, tiny_qwen_dir, gsm8k_file, tmp_path):
-    single = tmp_path / "single"
-    _launch(["--cpu", "--num_processes", "1"], single, tiny_qwen_dir, gsm8k_file)
-    multi = tmp_path / launcher
-    if launcher == "ddp":
-        _launch(["--multi_gpu", "--num_processes", "2"], multi, tiny_qwen_dir, gsm8k_file)
-    else:
-        _launch(["--config_file", str(ROOT / "accelerate_configs" / "deepspeed_zero3.yaml"), "--num_processes", "2"],
-                multi, tiny_qwen_dir, gsm8k_file)
+    from serve import ScriptedServer
+
+    with ScriptedServer(_judge) as judge:
+        single = tmp_path / "single"
+        _launch(["--cpu", "--num_processes", "1"], single, tiny_qwen_dir, gsm8k_file, judge.base_url)
+        asked = len(judge.posts("/chat/completions"))
+        multi = tmp_path / launcher
+        if launcher == "ddp":
+            _launch(["--multi_gpu", "--num_processes", "2"], multi, tiny_qwen_dir, gsm8k_file, judge.base_url)
+        else:
+            _launch(["--config_file", str(ROOT / "accelerate_configs" / "deepspeed_zero3.yaml"), "--num_processes",
+                     "2"], multi, tiny_qwen_dir, gsm8k_file, judge.base_url)
+        # The judge is asked by the main process only, once per distinct turn (its own cache per run).
+        assert asked == _judged(single) and len(judge.posts("/chat/completions")) - asked == _judged(multi)
     assert [r["step"] for r in _history(multi)] == [0, 2, 4]
     # Step 0 is the same untrained model everywhere, so greedy turns must be identical with 1 and 2 processes.
     assert _greedy(multi, 0) == _greedy(single, 0) and len(_greedy(single, 0)) == 5
     assert _history(multi)[0]["settings"][0] == _history(single)[0]["settings"][0]
+    assert _history(multi)[0]["settings"][0]["judge"]["n"] == 5
     assert _history(multi)[0]["settings"][1]["n"] == 10  # every prompt once, padding dropped
