@@ -171,6 +171,28 @@ def test_failed_requests_and_judge_errors_are_error_rows(tiny_qwen_dir, tmp_path
     assert len(sampled) == len(set(sampled)) == 4 * 2 * 2
 
 
+def test_server_key_comes_from_the_environment_and_is_never_written(tiny_qwen_dir, tmp_path, monkeypatch):
+    secret = "sk-server-0123456789"
+    monkeypatch.setenv("MY_SERVER_KEY", secret)
+    examples = load_task("gsm8k", data=str(FIXTURE))[:2]
+    script = Scripted(answers={ex.query: "#### 1" for ex in examples}, turns={ex.query: "Why?" for ex in examples},
+                      verdicts={})
+
+    def guarded(path, body):  # like `vllm serve --api-key`
+        if fake.requests[-1][3].get("Authorization") != f"Bearer {secret}":
+            return 401, {"error": "Unauthorized"}
+        return script(path, body)
+
+    with ScriptedServer(guarded) as fake:
+        cli(["probe", "--model", str(tiny_qwen_dir), "--task", "gsm8k", "--data", str(FIXTURE), "--limit", "2",
+             "--temperatures", "0", "--backend", "server", "--base_url", fake.base_url, "--served_model", "served",
+             "--server_api_key_env", "MY_SERVER_KEY", "--out", str(tmp_path / "out")])
+    results, rows = read_out(tmp_path / "out")
+    assert results["server"]["errors"] == 0 and [r["user_turn"] for r in rows] == ["Why?", "Why?"]
+    assert results["config"]["served_model"] == "served"
+    assert not any(secret in f.read_text() for f in (tmp_path / "out").iterdir() if f.suffix in (".json", ".jsonl"))
+
+
 def test_labeler_both_writes_both_labels_and_a_rerun_asks_nothing(tiny_qwen_dir, tmp_path):
     # The judge labels by length (it only has to be deterministic and differ from the rules now and then).
     def verdict(turn):
