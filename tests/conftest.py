@@ -47,3 +47,12 @@ def tiny_vl_dir(tmp_path_factory) -> Path:
 
     tokenizer = tiny.qwen_tokenizer()
     return tiny.save(tiny.tiny_vl_model(tokenizer), tokenizer, tmp_path_factory.mktemp("tiny-qwen3.5-vl"))
+
+
+@pytest.fixture(scope="session")
+def real_testbed(tmp_path_factory) -> Path:
+    """The real testbed (seed 0), built once per session for the slow tests that need it (about 5 minutes on 2 cores),
+    as `UTURN_HOME/testbed` of a fresh `UTURN_HOME` (its parent)."""
+    from uturn_train.testbed import build_testbed
+
+    return build_testbed(tmp_path_factory.mktemp("uturn_home") / "testbed", seed=0)

@@ -104,6 +104,46 @@ def test_bad_configuration_fails_at_construction(tiny_qwen_dir, tmp_path):
         UserTurnProbeCallback(ProbeArguments(probe_data=str(tmp_path / "nope.jsonl")), tok)
 
 
+def test_judge_labeler_logs_the_judges_rates(tiny_qwen_dir, gsm8k_file, tmp_path):
+    from serve import ScriptedServer
+    from transformers import AutoTokenizer
+
+    from uturn_train.probe.classify import LABELS
+
+    def label_of(turn):  # a scripted judge: deterministic, and unlike the rules
+        return "followup" if len(turn) % 2 else "new_topic"
+
+    def judge(path, body):
+        if path.endswith("/models"):
+            return 200, {"data": [{"id": "judge-model"}]}
+        label = label_of(json.loads(body["messages"][1]["content"])["user_turn"])
+        content = json.dumps({"label": label, "grounded": label == "followup", "reason": "scripted"})
+        return 200, {"choices": [{"message": {"role": "assistant", "content": content}}]}
+
+    judged = dict(probe_labeler="judge", probe_judge_model="judge-model", probe_judge_cache_dir=str(tmp_path / "c"))
+    with ScriptedServer(judge) as fake:
+        trainer = make_trainer(tiny_qwen_dir, tmp_path / "judged", gsm8k_file, max_steps=2,
+                               probe_judge_base_url=fake.base_url, **judged)
+        trainer.train()
+        tok = AutoTokenizer.from_pretrained(tiny_qwen_dir)
+        with pytest.raises(ValueError, match="does not serve 'other-judge'"):  # before training
+            UserTurnProbeCallback(ProbeArguments(**{**judged, "probe_judge_base_url": fake.base_url,
+                                                    "probe_judge_model": "other-judge",
+                                                    "probe_data": str(gsm8k_file)}), tok)
+    with pytest.raises(ValueError, match="needs judge_base_url and judge_model .*as probe_\\* options"):
+        ProbeArguments(**judged)
+    probed = [h for h in trainer.state.log_history if "probe/judge_followup_rate/T0.0" in h]
+    assert [h["step"] for h in probed] == [0, 2] and all(h["probe/judge_errors"] == 0.0 for h in probed)
+    for h in probed:
+        rows = [json.loads(line) for line in (tmp_path / "judged" / "probe" / f"step_{h['step']}.jsonl").open()]
+        assert all(r["label"] == label_of(r["user_turn"]) and r["rules_label"] in LABELS for r in rows)
+        for t in (0.0, 1.0):
+            of_t = [r for r in rows if r["temperature"] == t]
+            rate = sum(label_of(r["user_turn"]) == "followup" for r in of_t) / len(of_t)
+            assert h[f"probe/followup_rate/T{t}"] == h[f"probe/judge_followup_rate/T{t}"] == rate
+            assert h[f"probe/judge_grounded_rate/T{t}"] == rate
+
+
 def test_wandb_offline_records_probe_scalars(tiny_qwen_dir, gsm8k_file, tmp_path, monkeypatch):
     import wandb
     from wandb_records import history_rows
@@ -138,10 +178,11 @@ def test_wandb_offline_records_probe_scalars(tiny_qwen_dir, gsm8k_file, tmp_path
     assert [(t["probe/samples/nrows"], t["probe/samples/increment_num"]) for t in tables][:1] == [(15, 0)]
 
 
-def _launch(args, out, model_dir, data, timeout=900):
+def _launch(args, out, model_dir, data, judge_url, timeout=900):
     # TORCH_EXTENSIONS_DIR stays at its default: DeepSpeed compiles its CPU op once and reuses it.
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", *args, str(SCRIPT), str(model_dir), str(out), str(data)]
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", *args, str(SCRIPT), str(model_dir), str(out), str(data),
+           judge_url]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stderr[-4000:]
 
@@ -151,19 +192,41 @@ def _greedy(out, step):
     return [(r["id"], r["answer"], r["user_turn"], r["label"]) for r in rows if r["temperature"] == 0.0]
 
 
+def _judge(path, body):
+    """A scripted judge for the launched runs: labels by the turn's length."""
+    if path.endswith("/models"):
+        return 200, {"data": [{"id": "judge-model"}]}
+    label = "followup" if len(json.loads(body["messages"][1]["content"])["user_turn"]) % 2 else "new_topic"
+    return 200, {"choices": [{"message": {"content": json.dumps({"label": label, "grounded": False})}}]}
+
+
+def _judged(out) -> int:
+    """Distinct (query, answer, turn) of every probe of a run: what its judge had to be asked."""
+    rows = [json.loads(line) for path in (Path(out) / "probe").glob("step_*.jsonl") for line in path.open()]
+    assert rows and all(r["judge_label"] in ("followup", "new_topic") for r in rows)
+    return len({(r["query"], r["answer"], r["user_turn"]) for r in rows})
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("launcher", ["ddp", "zero3"])
 def test_two_processes_match_one(launcher, tiny_qwen_dir, gsm8k_file, tmp_path):
-    single = tmp_path / "single"
-    _launch(["--cpu", "--num_processes", "1"], single, tiny_qwen_dir, gsm8k_file)
-    multi = tmp_path / launcher
-    if launcher == "ddp":
-        _launch(["--multi_gpu", "--num_processes", "2"], multi, tiny_qwen_dir, gsm8k_file)
-    else:
-        _launch(["--config_file", str(ROOT / "accelerate_configs" / "deepspeed_zero3.yaml"), "--num_processes", "2"],
-                multi, tiny_qwen_dir, gsm8k_file)
+    from serve import ScriptedServer
+
+    with ScriptedServer(_judge) as judge:
+        single = tmp_path / "single"
+        _launch(["--cpu", "--num_processes", "1"], single, tiny_qwen_dir, gsm8k_file, judge.base_url)
+        asked = len(judge.posts("/chat/completions"))
+        multi = tmp_path / launcher
+        if launcher == "ddp":
+            _launch(["--multi_gpu", "--num_processes", "2"], multi, tiny_qwen_dir, gsm8k_file, judge.base_url)
+        else:
+            _launch(["--config_file", str(ROOT / "accelerate_configs" / "deepspeed_zero3.yaml"), "--num_processes",
+                     "2"], multi, tiny_qwen_dir, gsm8k_file, judge.base_url)
+        # The judge is asked by the main process only, once per distinct turn (its own cache per run).
+        assert asked == _judged(single) and len(judge.posts("/chat/completions")) - asked == _judged(multi)
     assert [r["step"] for r in _history(multi)] == [0, 2, 4]
     # Step 0 is the same untrained model everywhere, so greedy turns must be identical with 1 and 2 processes.
     assert _greedy(multi, 0) == _greedy(single, 0) and len(_greedy(single, 0)) == 5
     assert _history(multi)[0]["settings"][0] == _history(single)[0]["settings"][0]
+    assert _history(multi)[0]["settings"][0]["judge"]["n"] == 5
     assert _history(multi)[0]["settings"][1]["n"] == 10  # every prompt once, padding dropped

@@ -27,3 +27,14 @@ def test_across_temperatures():
     settings = [summarize_setting(0.0, 1, ["new_topic"] * 4), summarize_setting(1.0, 4, ["followup", "new_topic"])]
     agg = across_temperatures(settings)
     assert agg == {"followup_rate_max": 0.5, "followup_rate_mean": 0.25}
+
+
+def test_error_rows_leave_every_denominator():
+    labels = ["followup", None, "followup", "new_topic", None]
+    s = summarize_setting(1.0, 5, labels, grounded=[True, None, False, False, None],
+                          turns=["Why 24?", "", "Why 24?", "Next: 3+3?", ""])
+    assert (s["n"], s["errors"]) == (3, 2)
+    assert s["followup_rate"] == pytest.approx(2 / 3) and s["grounded_followup_rate"] == pytest.approx(1 / 3)
+    assert s["categories"]["new_topic"] == pytest.approx(1 / 3) and s["distinct_followups"] == 0.5
+    empty = summarize_setting(0.0, 1, [None, None])
+    assert (empty["n"], empty["errors"], empty["followup_rate"]) == (0, 2, None)

@@ -92,7 +92,8 @@ class UserTurnProbeCallback(TrainerCallback):
 
     Records, at each probed step: scalars `probe/followup_rate/T<t>` and `probe/grounded_rate/T<t>` (+ `ci_low`/
     `ci_high`), `probe/distinct_followups/T<t>`, `probe/<label>_share/T<t>`, `<task>/accuracy`, `probe/seconds` through
-    the trainer's logging; a W&B table of samples;
+    the trainer's logging; with an LLM judge (`probe_labeler` `judge` or `both`) also `probe/judge_followup_rate/T<t>`,
+    `probe/judge_grounded_rate/T<t>` and `probe/judge_errors`; a W&B table of samples;
     `output_dir/probe_history.jsonl` (one record per step) and `output_dir/probe/step_<N>.jsonl` (the samples).
 
     Either form works:
@@ -102,13 +103,15 @@ class UserTurnProbeCallback(TrainerCallback):
         trainer.add_callback(UserTurnProbeCallback(probe_args, tokenizer, trainer=trainer))
 
     Args:
-        probe_args ([`ProbeArguments`]): what and how to probe. Bad data or options fail here, before training.
+        probe_args ([`ProbeArguments`]): what and how to probe. Bad data or options, and a judge that does not answer,
+            fail here, before training.
         tokenizer: the model's tokenizer (with its chat template).
         trainer ([`~transformers.Trainer`], *optional*): the trainer; without it, the callback finds the trainer that
             runs its first event.
     """
 
     def __init__(self, probe_args: ProbeArguments, tokenizer, trainer: Trainer | None = None):
+        from .probe.labels import make_judge
         from .probe.runner import check_setting
         from .tasks import load_task
 
@@ -117,6 +120,8 @@ class UserTurnProbeCallback(TrainerCallback):
         self.args, self.tokenizer, self.settings = probe_args, tokenizer, probe_args.settings()
         self.examples = load_task(probe_args.probe_task, data=probe_args.probe_data, limit=probe_args.probe_limit)
         check_setting(self.settings.setting, self.examples, task=probe_args.probe_task)
+        # Every rank checks the judge (all fail alike); only the main process asks it, and broadcasts the verdicts.
+        self.judge = make_judge(self.settings)
         self.trainer = trainer
         self.probed_steps: set[int] = set()
         self.errors = 0
@@ -169,7 +174,7 @@ class UserTurnProbeCallback(TrainerCallback):
                 gradient_checkpointing_kwargs=args.gradient_checkpointing_kwargs,
             ) as unwrapped:
                 run = run_probe(unwrapped, self.tokenizer, self.examples, self.settings,
-                                state=trainer.accelerator.state, disable_progress=True)
+                                state=trainer.accelerator.state, disable_progress=True, judge=self.judge)
         except Exception as e:  # noqa: BLE001 - isolation is the point: training goes on unless asked otherwise
             self._restore_after_error(trainer, model, was_checkpointing, args)
             if a.probe_fail_on_error:
@@ -205,6 +210,8 @@ class UserTurnProbeCallback(TrainerCallback):
                 logs[f"{a.probe_task}/accuracy"] = summary["accuracy"]
             for s in summary["settings"]:
                 t = f"T{s['temperature']:.1f}"
+                if s["followup_rate"] is None:  # every row of this temperature is an error row: no rate to log
+                    continue
                 logs[f"probe/followup_rate/{t}"] = s["followup_rate"]
                 logs[f"probe/followup_rate/{t}/ci_low"], logs[f"probe/followup_rate/{t}/ci_high"] = s["ci95"]
                 if s.get("grounded_followup_rate") is not None:
@@ -215,6 +222,13 @@ class UserTurnProbeCallback(TrainerCallback):
                     logs[f"probe/distinct_followups/{t}"] = s["distinct_followups"]
                 for label in LABELS:
                     logs[f"probe/{label}_share/{t}"] = s["categories"][label]
+                judged = s if a.probe_labeler == "judge" else s.get("judge")
+                if judged is not None and judged["followup_rate"] is not None:
+                    logs[f"probe/judge_followup_rate/{t}"] = judged["followup_rate"]
+                    if judged.get("grounded_followup_rate") is not None:
+                        logs[f"probe/judge_grounded_rate/{t}"] = judged["grounded_followup_rate"]
+            if "judge" in summary:
+                logs["probe/judge_errors"] = float(summary["judge"]["errors"])
         # The base class's log: TRL's SFT/DPO `log` overrides would flush their running training metrics into it.
         Trainer.log(self.trainer, logs)
         if not state.is_world_process_zero:
@@ -236,7 +250,8 @@ class UserTurnProbeCallback(TrainerCallback):
         if wandb.run is None:
             return
         columns = ["step", "id", "temperature", "sample_index", "query", "answer", "user_turn", "label", "grounded",
-                   "reason"]
+                   "reason", *{"both": ["judge_label", "judge_grounded"], "judge": ["rules_label"]}.get(
+                       self.args.probe_labeler, [])]
         if self._table is None:
             # Incremental: each probe adds its rows instead of re-uploading the whole growing table.
             self._table = wandb.Table(columns=columns, log_mode="INCREMENTAL")

@@ -138,6 +138,7 @@ def main(argv: list[str] | None = None) -> None:
         print(__doc__.strip())
         sys.exit(0 if argv and argv[0] in ("-h", "--help") else 2)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # it logs every server and judge request at INFO
     try:
         COMMANDS[argv[0]](argv[1:])
     except ValueError as e:  # bad input: one clear line, no traceback

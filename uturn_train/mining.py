@@ -39,7 +39,7 @@ from .distributed import gathered_if_zero3, map_sharded
 from .generation import generate
 from .io import atomic_dir, ensure_writable_dir, write_json
 from .probe.grounding import derangement, is_grounded, normalize_turn
-from .probe.settings import prefixed
+from .probe.settings import JUDGE_FIELDS, prefixed
 from .tasks import gsm8k
 from .tasks.base import Example
 
@@ -50,7 +50,8 @@ CARD = "mining_card.json"
 
 
 @dataclass
-class MiningArguments(prefixed("mine_", exclude=("setting",), max_new_tokens=64, answer_max_new_tokens=256)):
+class MiningArguments(prefixed("mine_", exclude=("setting", *JUDGE_FIELDS), max_new_tokens=64,
+                               answer_max_new_tokens=256)):
     """Where the prompts come from and how pairs are made; `mine_*` decoding fields are [`ProbeSettings`]'s.
 
     Mining runs the probe's self setting: the model answers greedily, then writes a greedy user turn and

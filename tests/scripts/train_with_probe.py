@@ -1,7 +1,10 @@
 """A few LoRA SFT steps on a tiny model with the probe callback; the callback tests run it in-process and under
 `accelerate launch`:
 
-    accelerate launch --multi_gpu --num_processes 2 tests/scripts/train_with_probe.py MODEL_DIR OUT_DIR GSM8K_JSONL
+    accelerate launch --multi_gpu --num_processes 2 tests/scripts/train_with_probe.py MODEL_DIR OUT_DIR GSM8K_JSONL \
+        [JUDGE_BASE_URL]
+
+With a judge's API root (serving `judge-model`), the probe labels with the rules and the judge (`probe_labeler both`).
 """
 
 import sys
@@ -37,4 +40,8 @@ def make_trainer(model_dir, output_dir, probe_data, *, with_probe=True, max_step
 
 
 if __name__ == "__main__":
-    make_trainer(*sys.argv[1:4]).train()
+    judge = {}
+    if len(sys.argv) > 4:
+        judge = dict(probe_labeler="both", probe_judge_base_url=sys.argv[4], probe_judge_model="judge-model",
+                     probe_judge_cache_dir=f"{sys.argv[2]}/judge_cache")
+    make_trainer(*sys.argv[1:4], **judge).train()

@@ -5,6 +5,7 @@ shards across processes; every process returns the same gathered result and only
 """
 
 import logging
+import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -23,6 +24,13 @@ class ProbeScriptArguments:
         model (`str`): hub id or local path of a chat model; `testbed` = the project's tiny Qwen3.5 (built if missing).
         task (`str`, *optional*, defaults to `"gsm8k"`): gsm8k, ifeval, ifbench, mtbench, oasst or testbed.
         data (`str`, *optional*): local jsonl file or hub data set name; defaults to the task's hub data set.
+        backend (`str`, *optional*, defaults to `"hf"`): `hf` generates here with transformers; `server` sends the
+            prompts, rendered here with `model`'s tokenizer and chat template, to an OpenAI-compatible server that
+            serves the same checkpoint (`vllm serve`, SGLang, `transformers serve`); `model`'s weights are not loaded.
+        base_url (`str`, *optional*): the server's API root, e.g. `http://127.0.0.1:8000/v1` (backend `server`).
+        served_model (`str`, *optional*): the model's name on the server; defaults to the only one it lists.
+        concurrency (`int`, *optional*, defaults to `8`): server requests in flight at once.
+        server_api_key_env (`str`, *optional*): the environment variable holding the server's key, if it wants one.
     """
 
     model: str = field(default="testbed", metadata={"help": "Hub id or local path; `testbed` = the tiny built-in one."})
@@ -32,6 +40,21 @@ class ProbeScriptArguments:
     skip_bad_rows: bool = field(default=False, metadata={"help": "Skip and count rows with missing fields."})
     dtype: str = field(default="auto", metadata={"help": "auto (bf16 on GPU, fp32 on CPU), bfloat16, float32..."})
     out: str = field(default="uturn_probe", metadata={"help": "Output directory."})
+    backend: str = field(default="hf", metadata={"help": "hf (transformers, here) or server (OpenAI-compatible)."})
+    base_url: str | None = field(default=None, metadata={"help": "Server API root, e.g. http://127.0.0.1:8000/v1."})
+    served_model: str | None = field(default=None, metadata={"help": "Model name on the server (default: its only)."})
+    concurrency: int = field(default=8, metadata={"help": "Server requests in flight at once."})
+    server_api_key_env: str | None = field(default=None,
+                                           metadata={"help": "Environment variable holding the server's key."})
+
+    def __post_init__(self):
+        if self.backend not in ("hf", "server"):
+            raise ValueError(f"--backend {self.backend!r} is not one of hf, server")
+        if (self.backend == "server") != (self.base_url is not None):
+            raise ValueError("--backend server needs --base_url (the server's API root, e.g. http://127.0.0.1:8000/v1),"
+                             " and --base_url needs --backend server")
+        if self.concurrency < 1:
+            raise ValueError(f"--concurrency must be >= 1, got {self.concurrency}")
 
 
 def rate_with_ci(rate: float | None, ci: list[float] | None) -> str:
@@ -46,21 +69,33 @@ def print_table(result: dict) -> None:
              "new_topic": "new", "empty": "empty", "degenerate": "degen"}
     table = Table(title=f"{result.get('model', '')} · {result.get('task', '')} · {result['setting']} · "
                         f"{result['n_prompts']} prompts")
-    for col in ["T", "k", "n", "follow-up [95% CI]", "grounded [95% CI]", "distinct",
+    for col in ["T", "k", "n", "errors", "follow-up [95% CI]", "grounded [95% CI]", "distinct",
                 *[short[label] for label in LABELS]]:
         table.add_column(col, justify="right")
-    for s in result["settings"]:
-        table.add_row(f"{s['temperature']:g}", str(s["samples"]), str(s["n"]),
-                      rate_with_ci(s["followup_rate"], s["ci95"]),
-                      rate_with_ci(s.get("grounded_followup_rate"), s.get("grounded_ci95")),
-                      "-" if s.get("distinct_followups") is None else f"{s['distinct_followups']:.2f}",
-                      *[f"{s['categories'][label]:.2f}" for label in LABELS])
+    labeler = result.get("labeler", "rules")
+    for entry in result["settings"]:
+        # With both labelers, a second line per temperature holds the judge's figures.
+        for name, s in (("judge" if labeler == "judge" else "rules", entry), ("judge", entry.get("judge"))):
+            if s is None:
+                continue
+            tag = "" if labeler == "rules" else f" {name}"
+            table.add_row(f"{s['temperature']:g}{tag}", str(s["samples"]), str(s["n"]), str(s["errors"]),
+                          rate_with_ci(s["followup_rate"], s["ci95"]),
+                          rate_with_ci(s.get("grounded_followup_rate"), s.get("grounded_ci95")),
+                          "-" if s.get("distinct_followups") is None else f"{s['distinct_followups']:.2f}",
+                          *[f"{s['categories'][label]:.2f}" for label in LABELS])
     console = Console()
     if result["settings"]:
         console.print(table)
     if result["accuracy"] is not None:
         console.print(f"accuracy {result['accuracy']:.3f}  (lm-eval strict-match {result['accuracy_strict']:.3f}, "
                       f"flexible-extract {result['accuracy_flexible']:.3f})")
+    for name in ("server", "judge"):
+        if name in result:
+            console.print(f"{name}: " + ", ".join(f"{k} {v}" for k, v in result[name].items()))
+    if result.get("answer_errors"):
+        console.print(f"{result['answer_errors']} answers failed: their user turns are error rows, left out of "
+                      "every rate (see `error` in samples.jsonl)")
 
 
 def distributed_state():
@@ -71,6 +106,14 @@ def distributed_state():
     return PartialState(cpu=not torch.cuda.is_available())
 
 
+def _key(args: ProbeScriptArguments) -> str | None:
+    if args.server_api_key_env is None:
+        return None
+    if args.server_api_key_env not in os.environ:
+        raise ValueError(f"--server_api_key_env names {args.server_api_key_env}, which is not set; export it first")
+    return os.environ[args.server_api_key_env]
+
+
 def run_probe_job(args: ProbeScriptArguments, settings: ProbeSettings, state=None) -> dict:
     """Run the job; returns the `results.json` dict. Bad input fails before the model is loaded.
 
@@ -79,7 +122,9 @@ def run_probe_job(args: ProbeScriptArguments, settings: ProbeSettings, state=Non
     import torch
 
     from ..models import load_model, load_tokenizer
+    from ..server import CompletionsClient
     from ..tasks import load_task
+    from .labels import make_judge
     from .plot import plot_followup_vs_temperature
     from .runner import check_setting, run_probe
 
@@ -88,11 +133,21 @@ def run_probe_job(args: ProbeScriptArguments, settings: ProbeSettings, state=Non
     check_setting(settings.setting, examples, task=args.task)
     out = ensure_writable_dir(args.out) if is_main else Path(args.out)
     tokenizer = load_tokenizer(args.model)  # first: it fails fast and cheaply on a bad path
-    device = str(state.device) if state is not None else ("cuda" if torch.cuda.is_available() else "cpu")
-    model = load_model(args.model, dtype=args.dtype, device=device)
-    run = run_probe(model, tokenizer, examples, settings, state=state)
+    # A wrong judge or server fails here, before any generation, on every rank alike (only the main one judges).
+    judge = make_judge(settings)
+    if args.backend == "server":
+        if state is not None and state.num_processes > 1:
+            raise ValueError("--backend server runs in one process (the server batches); run it without accelerate")
+        client = CompletionsClient(args.base_url, tokenizer, model=args.served_model, api_key=_key(args),
+                                   concurrency=args.concurrency).check()
+        run = run_probe(None, tokenizer, examples, settings, client=client, judge=judge)
+    else:
+        device = str(state.device) if state is not None else ("cuda" if torch.cuda.is_available() else "cpu")
+        model = load_model(args.model, dtype=args.dtype, device=device)
+        run = run_probe(model, tokenizer, examples, settings, state=state, judge=judge)
+    server = {"backend": args.backend, "base_url": args.base_url, "served_model": args.served_model}
     result = {"model": args.model, "task": args.task, **run.summary,
-              "config": {"data": args.data, "limit": args.limit, **asdict(settings)}}
+              "config": {"data": args.data, "limit": args.limit, **server, **asdict(settings)}}
     if is_main:
         if run.summary["settings"]:
             plot_followup_vs_temperature(run.summary["settings"], run.summary["accuracy"],

@@ -21,18 +21,25 @@ def wilson_interval(successes: int, n: int, z: float = 1.959964) -> tuple[float,
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
-def summarize_setting(temperature: float, samples: int, labels: list[str], grounded: list[bool | None] | None = None,
-                      turns: list[str] | None = None) -> dict:
-    """One entry of `results.json`'s `settings`: every sample counts in `n`, empty and degenerate ones included.
+def summarize_setting(temperature: float, samples: int, labels: list[str | None],
+                      grounded: list[bool | None] | None = None, turns: list[str] | None = None) -> dict:
+    """One entry of `results.json`'s `settings`: every labelled sample counts in `n`, empty and degenerate ones
+    included; error rows (label `None`: a request that failed for good, or a turn the judge gave no label) are counted
+    in `errors` and left out of every rate.
 
     Args:
-        labels (`list[str]`): the label of every user turn of this setting.
+        labels (`list[str | None]`): the label of every user turn of this setting, `None` for an error row.
         grounded (`list[bool | None]`, *optional*): per turn, whether it is a grounded follow-up (None: undefined, e.g.
             a single prompt has no mismatched context); gives `grounded_followup_rate` and `grounded_ci95`.
         turns (`list[str]`, *optional*): the turns' texts; gives `distinct_followups`, the distinct normalised follow-up
             texts over the follow-ups (None without follow-ups): 1.0 when every follow-up is its own, near 0 when one
             memorised question makes them all.
     """
+    kept = [i for i, label in enumerate(labels) if label is not None]
+    errors = len(labels) - len(kept)
+    labels = [labels[i] for i in kept]
+    grounded = None if grounded is None else [grounded[i] for i in kept]
+    turns = None if turns is None else [turns[i] for i in kept]
     n = len(labels)
     counts = Counter(labels)
     unknown = set(counts) - set(LABELS)
@@ -45,6 +52,7 @@ def summarize_setting(temperature: float, samples: int, labels: list[str], groun
         "followup_rate": followups / n if n else None,
         "ci95": list(wilson_interval(followups, n)),
         "n": n,
+        "errors": errors,
         "categories": {label: (counts[label] / n if n else 0.0) for label in LABELS},
     }
     if grounded is not None:

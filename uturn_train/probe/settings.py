@@ -3,12 +3,19 @@
 TrlParser merges dataclasses by field name, and TRL's configs have fields of the same names (`seed`, `temperature`...),
 so the recipes take these settings as `probe_*` (the callback) and `mine_*` (mining): [`prefixed`] derives those
 dataclasses from [`ProbeSettings`] instead of spelling the fields out again.
+
+The labeler fields choose who labels the user turns: the rule classifier, an LLM judge
+([`~uturn_train.probe.judge.Judge`], any OpenAI-compatible endpoint), or both side by side. Mining leaves them out
+(`JUDGE_FIELDS`): it pairs turns by the rules' labels.
 """
 
 import dataclasses
 from dataclasses import dataclass, field
 
 SETTINGS = ("self", "heldout")
+LABELERS = ("rules", "judge", "both")
+JUDGE_FIELDS = ("labeler", "judge_base_url", "judge_model", "judge_api_key_env", "judge_concurrency",
+                "judge_cache_dir")
 
 
 @dataclass
@@ -28,6 +35,16 @@ class ProbeSettings:
             decision.
         enable_thinking (`bool`, *optional*, defaults to `False`): render prompts with thinking on (Qwen3-style
             templates).
+        labeler (`str`, *optional*, defaults to `"rules"`): who labels the user turns: `rules` (the offline
+            classifier), `judge` (an LLM judge; `label` and the rates are its, `rules_label` stays on each sample) or
+            `both` (`label` and the rates are the rules', the judge's ride along as `judge_label`... and a nested
+            `judge` summary per temperature).
+        judge_base_url (`str`, *optional*): the judge's OpenAI-compatible API root, e.g. `https://api.openai.com/v1`.
+        judge_model (`str`, *optional*): the judge model's name, as the endpoint lists it.
+        judge_api_key_env (`str`, *optional*, defaults to `"OPENAI_API_KEY"`): the environment variable that holds
+            the judge's key (the key itself is never an option, nor written anywhere).
+        judge_concurrency (`int`, *optional*, defaults to `4`): judge requests in flight at once.
+        judge_cache_dir (`str`, *optional*): the judge's verdict cache; defaults to `$UTURN_HOME/judge_cache`.
     """
 
     setting: str = field(default="self", metadata={"help": "self (the model answers first) or heldout."})
@@ -38,15 +55,28 @@ class ProbeSettings:
     batch_size: int = field(default=16, metadata={"help": "Prompts per generate call."})
     seed: int = field(default=0, metadata={"help": "Sampling seed."})
     enable_thinking: bool = field(default=False, metadata={"help": "Render prompts with thinking on (Qwen3.5)."})
+    labeler: str = field(default="rules", metadata={"help": "rules, judge (an LLM judge) or both."})
+    judge_base_url: str | None = field(default=None, metadata={"help": "The judge's OpenAI-compatible API root."})
+    judge_model: str | None = field(default=None, metadata={"help": "The judge model's name."})
+    judge_api_key_env: str = field(default="OPENAI_API_KEY",
+                                   metadata={"help": "Environment variable holding the judge's key."})
+    judge_concurrency: int = field(default=4, metadata={"help": "Judge requests in flight at once."})
+    judge_cache_dir: str | None = field(default=None,
+                                        metadata={"help": "Judge verdict cache (default $UTURN_HOME/judge_cache)."})
 
     def __post_init__(self):
         if self.setting not in SETTINGS:
             raise ValueError(f"setting {self.setting!r} is not one of {SETTINGS}")
         if any(t < 0 for t in self.temperatures):
             raise ValueError(f"temperatures must be >= 0 (0 = greedy), got {list(self.temperatures)}")
-        for name in ("samples", "max_new_tokens", "answer_max_new_tokens", "batch_size"):
+        for name in ("samples", "max_new_tokens", "answer_max_new_tokens", "batch_size", "judge_concurrency"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.labeler not in LABELERS:
+            raise ValueError(f"labeler {self.labeler!r} is not one of {LABELERS}")
+        if self.labeler != "rules" and not (self.judge_base_url and self.judge_model):
+            raise ValueError(f"labeler {self.labeler!r} needs judge_base_url and judge_model (an OpenAI-compatible "
+                             "endpoint and the model it serves); or use labeler rules")
 
 
 def prefixed(prefix: str, exclude: tuple[str, ...] = (), **defaults) -> type:
@@ -69,7 +99,10 @@ def prefixed(prefix: str, exclude: tuple[str, ...] = (), **defaults) -> type:
         return ProbeSettings(**{name[len(prefix):]: getattr(self, name) for name, _, _ in fields})
 
     def post_init(self):
-        self.settings()  # bad values fail when the command line is parsed
+        try:
+            self.settings()  # bad values fail when the command line is parsed
+        except ValueError as e:
+            raise ValueError(f"{e} (as {prefix}* options)") from None
 
     return dataclasses.make_dataclass(f"{prefix}ProbeSettings", fields,
                                       namespace={"settings": settings, "__post_init__": post_init})
