@@ -3,6 +3,7 @@ the Pareto front, the files, W&B (offline) and bad folders."""
 
 import json
 import math
+import os
 from pathlib import Path
 
 import numpy as np
@@ -169,24 +170,28 @@ def test_runs_with_and_without_grounded_rates(tmp_path):
         report_main([str(tmp_path / "new"), str(tmp_path / "old")])
 
 
-def test_report_logs_tables_and_plot_to_wandb_offline(tmp_path, monkeypatch):
-    import wandb
+def test_report_logs_tables_and_plot_to_wandb_offline(tmp_path):
+    import subprocess
+    import sys
+
     from wandb_records import history_rows
 
-    for var in ("WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR"):
-        monkeypatch.setenv(var, str(tmp_path / "wandb"))
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    wandb.teardown()  # wandb caches its settings per process
     write_run(tmp_path / "abl" / "a", {0: BASE, 4: A_LAST})
     write_run(tmp_path / "abl" / "b", {0: BASE, 4: B_LAST})
-    write_report([tmp_path / "abl"], tmp_path / "out", wandb=True)
+    # `uturn report --wandb` in a process of its own, as users run it: wandb keeps per-process state that runs of
+    # earlier tests in this process (the recipes') leave behind.
+    env = {**os.environ, "WANDB_MODE": "offline", **{var: str(tmp_path / "wandb") for var in
+                                                     ("WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR")}}
+    proc = subprocess.run([sys.executable, "-c", "from uturn_train.cli import main; main()", "report",
+                           str(tmp_path / "abl"), "--out", str(tmp_path / "out"), "--wandb"],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
     (run_dir,) = (tmp_path / "wandb" / "wandb").glob("offline-run-*")
     (row,) = [r for r in history_rows(run_dir) if "report/checkpoints/path" in r]
     assert row["report/pareto/_type"] == "image-file" and row["report/comparisons/_type"] == "table-file"
     table = json.loads((run_dir / "files" / row["report/checkpoints/path"]).read_text())
     assert [r[0] for r in table["data"]] == ["a", "a", "b", "b"]
     assert "grounded greedy" in table["columns"]
-    wandb.teardown()
 
 
 def test_folders_without_probe_history_fail_clearly(tmp_path):
