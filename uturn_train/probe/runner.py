@@ -42,7 +42,9 @@ class ProbeRun:
 
 def check_setting(setting: str, examples: list[Example], task: str = "this task") -> None:
     if setting == "heldout":
-        missing = [ex.id for ex in examples if not ex.answer]
+        # None, not "": the loaders reject empty answers, so an empty one is on purpose (`uturn validate` empties
+        # answers to check that the probe reacts).
+        missing = [ex.id for ex in examples if ex.answer is None]
         if missing:
             raise ValueError(
                 f"the heldout setting needs a real assistant answer per prompt, but {task} has none for "
