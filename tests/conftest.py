@@ -47,3 +47,12 @@ def tiny_vl_dir(tmp_path_factory) -> Path:
 
     tokenizer = tiny.qwen_tokenizer()
     return tiny.save(tiny.tiny_vl_model(tokenizer), tokenizer, tmp_path_factory.mktemp("tiny-qwen3.5-vl"))
+
+
+@pytest.fixture(scope="session")
+def real_testbed(tmp_path_factory) -> Path:
+    """The real testbed (`uturn testbed build --seed 0`), built once per session for the slow tests: about 4 minutes
+    on 2 cores. Read-only: a test that changes it must copy it first."""
+    from uturn_train.testbed import build_testbed
+
+    return build_testbed(tmp_path_factory.mktemp("real-testbed") / "testbed", seed=0)
