@@ -36,21 +36,9 @@ from pathlib import Path
 from uturn_train.probe import cues
 from uturn_train.probe.classify import LABELS, classify_turn
 from uturn_train.probe.grounding import ground_rows
+from uturn_train.probe.validate import GENERIC_QUESTIONS  # one list, shared with `uturn validate`
 from uturn_train.tasks import load_task
 
-# Questions that fit any answer, written for this check (none is from the data).
-GENERIC_QUESTIONS = [
-    "Can you tell me more about that?", "Is that right?", "Why?", "Can you explain that more simply?",
-    "Could you give me an example?", "What do you mean by that?", "Are you sure?", "Can you elaborate?",
-    "Could you explain the steps again?", "Why do you multiply in the first step?", "Is there a faster way?",
-    "What are the pros and cons?", "Can you make it shorter?", "Can you summarize that in one sentence?",
-    "Which one would you recommend?", "How does that work?", "What happens next?", "Can you give me some sources?",
-    "Thanks! Could you go into more detail?", "I don't understand, can you rephrase it?", "What else should I know?",
-    "Is there anything I should be careful about?", "How long does that take?", "Why is that important?",
-    "Can you put it in a table?", "What would you do in my place?", "Can you explain the second point?",
-    "Does that always work?", "Could you check your answer again?", "What is the most important part of this?",
-    "Can you write that in a more formal tone?", "What if I can't do that?",
-]
 ROOT = Path(__file__).resolve().parents[1]
 LABELS_FILE = ROOT / "tests" / "data" / "oasst_next_turn_labels.jsonl"
 SHARED_DATA = ROOT.parent / "shared" / "data"

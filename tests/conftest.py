@@ -51,8 +51,8 @@ def tiny_vl_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def real_testbed(tmp_path_factory) -> Path:
-    """The real testbed (seed 0), built once per session for the slow tests that need it (about 5 minutes on 2 cores),
-    as `UTURN_HOME/testbed` of a fresh `UTURN_HOME` (its parent)."""
+    """The real testbed (seed 0), built once per session for the slow tests that need it (about 4 minutes on 2 cores),
+    as `UTURN_HOME/testbed` of a fresh `UTURN_HOME` (its parent). Read-only: a test that changes it copies it first."""
     from uturn_train.testbed import build_testbed
 
     return build_testbed(tmp_path_factory.mktemp("uturn_home") / "testbed", seed=0)

@@ -172,3 +172,16 @@ def test_eval_probe_sharded_over_two_processes_equals_one(tiny_qwen_dir, shared_
     assert one["settings"] == two["settings"] and one["accuracy"] == two["accuracy"] and two["n_prompts"] == 5
     rows = [(tmp_path / n / "samples.jsonl").read_text() for n in ("one", "two")]
     assert rows[0] == rows[1]
+
+
+def test_prompts_sharing_a_context_are_never_their_own_mismatch(tiny, shared_data):
+    # OASST trees hold sibling follow-ups of one answer: the grounded control pairs distinct contexts, not prompts.
+    model, tokenizer = tiny
+    examples = load_task("oasst", str(shared_data / "oasst" / "en_100_tree.jsonl"))
+    contexts = [(ex.query, ex.answer) for ex in examples]
+    assert len(set(contexts)) < len(contexts), "the data must hold prompts that share a context"
+    shared = [ex for ex in examples if contexts.count((ex.query, ex.answer)) > 1][:4] + list(examples[:4])
+    run = run_probe(model, tokenizer, shared, ProbeSettings(setting="heldout", temperatures=[0.0], max_new_tokens=4))
+    for r in run.rows:
+        mismatch = run.answers[r["mismatch_index"]]
+        assert (mismatch["query"], mismatch["answer"]) != (r["query"], r["answer"])

@@ -7,6 +7,7 @@
     uturn agreement --input labelled.jsonl [--judge_base_url URL --judge_model M] [--out DIR]
     uturn ablate --config recipes/testbed/ablation.yaml [--out DIR] [--dry_run] [--slurm]
     uturn report DIR [DIR...] [--out OUT] [--wandb]
+    uturn validate --model testbed --task testbed [--limit N] [--samples K] [--out DIR]
 """
 
 import argparse
@@ -110,6 +111,19 @@ def _mine(argv: list[str]) -> None:
     print(run_mine_job(script_args, mining_args))
 
 
+def _validate(argv: list[str]) -> None:
+    from trl import TrlParser
+
+    from .probe.validate import ValidateScriptArguments, ValidateSettings, run_validate_job
+    from .testbed import resolve
+
+    parser = TrlParser((ValidateScriptArguments, ValidateSettings), prog="uturn validate")
+    args, settings = parser.parse_args_and_config(argv)
+    resolve(args)
+    if run_validate_job(args, settings.settings())["failed"]:
+        sys.exit(1)
+
+
 def _ablate(argv: list[str]) -> None:
     from .ablate import main
 
@@ -129,7 +143,7 @@ def _agreement(argv: list[str]) -> None:
 
 
 COMMANDS = {"probe": _probe, "classify": _classify, "testbed": _testbed, "mine": _mine, "agreement": _agreement,
-            "ablate": _ablate, "report": _report}
+            "ablate": _ablate, "report": _report, "validate": _validate}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -53,7 +53,9 @@ class ProbeRun:
 
 def check_setting(setting: str, examples: list[Example], task: str = "this task") -> None:
     if setting == "heldout":
-        missing = [ex.id for ex in examples if not ex.answer]
+        # None, not "": the loaders reject empty answers, so an empty one is on purpose (`uturn validate` empties
+        # answers to check that the probe reacts).
+        missing = [ex.id for ex in examples if ex.answer is None]
         if missing:
             raise ValueError(
                 f"the heldout setting needs a real assistant answer per prompt, but {task} has none for "
@@ -134,11 +136,17 @@ def _row(ex: Example, a: dict, g: dict, temperature: float, s: int) -> dict:
 def _rows(examples: list[Example], answers: list[dict], generated: list[dict], settings: ProbeSettings,
           headers: list[str]) -> list[dict]:
     """One row per generated user turn, labelled by the rules; error rows for failed requests and failed answers."""
-    # Each prompt's mismatched context for the grounded decision: another answered prompt's query and answer (none if
-    # fewer than two were answered).
-    answered = [a["index"] for a in answers if a["answer_error"] is None]
-    other = dict(zip(answered, (answered[j] for j in derangement(len(answered), settings.seed)))) \
-        if len(answered) > 1 else {}
+    # Each prompt's mismatched context for the grounded decision: another answered prompt's query and answer. The
+    # distinct contexts are paired, as prompts may share one (OASST siblings); none if fewer than two.
+    first = {}  # context -> the first answered prompt that has it
+    for a in answers:
+        if a["answer_error"] is None:
+            first.setdefault((a["query"], a["answer"]), a["index"])
+    contexts = list(first)
+    pairs = dict(zip(contexts, (contexts[j] for j in derangement(len(contexts), settings.seed)))) \
+        if len(contexts) > 1 else {}
+    other = {a["index"]: first[pairs[a["query"], a["answer"]]] for a in answers
+             if (a["query"], a["answer"]) in pairs and a["answer_error"] is None}
     rows = []
     for t_index, temperature in enumerate(settings.temperatures):
         k = 1 if temperature == 0 else settings.samples
