@@ -113,15 +113,16 @@ def test_dpo_trainer_appends_eos_once(mined, tiny, tmp_path):
 def test_every_bad_turn_is_rejected_against_a_grounded_followup():
     query, answer = "Tom has 35 apples and buys 48 more. How many apples now?", "35 + 48 = 83 apples."
     ex = Example(id="x", query=query, answer=answer, reference_followup="Why did you add the 48 apples?")
-    other = ("What is the capital of France?", "Paris is the capital of France.")
+    controls = [("What is the capital of France?", "Paris is the capital of France."),
+                ("Name a prime number above 10.", "11 is a prime number.")]
 
-    def row(label, t, text, grounded=False):
-        return {"label": label, "temperature": t, "user_turn": text, "user_prompt": "P", "grounded": grounded}
+    def row(label, t, text):
+        return {"label": label, "temperature": t, "user_turn": text, "user_prompt": "P"}
 
     turns = [row("new_topic", 0.0, "Next: 5 * 6?"), row("identity_drift", 1.0, "Sure!"),
-             row("followup", 1.0, "Why 83?", grounded=True), row("followup", 1.0, "Can you explain it simply?"),
+             row("followup", 1.0, "Why 83?"), row("followup", 1.0, "Can you explain it simply?"),
              row("new_topic", 1.0, "Next: 5 * 6?"), row("acknowledgement", 1.0, "Thanks!")]
-    pairs = followup_pairs(ex, answer, turns, other, use_reference=True)
+    pairs = followup_pairs(ex, answer, turns, controls, use_reference=True)
     # Greedy first; a sampled copy of the greedy turn is not a second pair; a follow-up that fits any answer is
     # rejected, not chosen; thanks are neither side.
     fields = ("chosen", "chosen_source", "rejected", "rejected_label", "rejected_source")
@@ -130,14 +131,14 @@ def test_every_bad_turn_is_rejected_against_a_grounded_followup():
         ("Why 83?", "sample", "Sure!", "identity_drift", "sample"),
         ("Why 83?", "sample", "Can you explain it simply?", "ungrounded_followup", "sample"),
     ]
-    pairs = followup_pairs(ex, answer, turns[:2], other, use_reference=True)
+    pairs = followup_pairs(ex, answer, turns[:2], controls, use_reference=True)
     assert {(p["chosen"], p["chosen_source"]) for p in pairs} == {("Why did you add the 48 apples?", "reference")}
-    assert followup_pairs(ex, answer, turns[:2], other, use_reference=False) == []
+    assert followup_pairs(ex, answer, turns[:2], controls, use_reference=False) == []
     # A reference follow-up that is not grounded in the model's answer is not taken, nor one that fits any answer.
     for reference in ("What is the capital of Peru?", "Could you explain that more simply?"):
         unrelated = Example(id="y", query=query, answer=answer, reference_followup=reference)
-        assert followup_pairs(unrelated, answer, turns[:2], other, use_reference=True) == []
-    assert followup_pairs(ex, answer, [row("acknowledgement", 0.0, "Thanks!")], other, use_reference=True) == []
+        assert followup_pairs(unrelated, answer, turns[:2], controls, use_reference=True) == []
+    assert followup_pairs(ex, answer, [row("acknowledgement", 0.0, "Thanks!")], controls, use_reference=True) == []
 
 
 def test_no_single_chosen_text_dominates():

@@ -1,12 +1,12 @@
 """On-policy preference pairs for the **user** turn, plus accuracy anchors, for DPO (`uturn mine`, `collab_dpo.py`).
 
 For each prompt the model answers greedily (the probe's self setting), writes the next user turn greedily and samples
-`mine_samples` more at each temperature of `mine_temperatures` above 0; the classifier labels every turn and decides
-whether it is a *grounded* follow-up ([`~uturn_train.probe.runner.run_probe`] does all of this). The chosen side of a
-pair is a grounded follow-up of the prompt, never one that fits any answer: such a question ("Can you explain it like
-I'm 10?") is easy to learn and says nothing about this conversation, so a follow-up that is not grounded is a rejected
-side, with identity drift, repetition, new topic, empty and degenerate turns. Each distinct rejected turn (greedy
-first) is paired with one of the prompt's grounded follow-ups, in turn. Without a sampled one, and with
+`mine_samples` more at each temperature of `mine_temperatures` above 0; the classifier labels every turn
+([`~uturn_train.probe.runner.run_probe`] does all of this). The chosen side of a pair is a follow-up *grounded*
+against three mismatched contexts (`CONTROLS`), never one that fits any answer: such a question ("Can you explain it
+like I'm 10?") is easy to learn and says nothing about this conversation, so a follow-up that is not grounded is a
+rejected side, with identity drift, repetition, new topic, empty and degenerate turns. Each distinct rejected turn
+(greedy first) is paired with one of the prompt's grounded follow-ups, in turn. Without a sampled one, and with
 `mine_reference`, the data's real follow-up is chosen (`chosen_source: "reference"`), if it is a grounded follow-up
 of the model's own answer too (one written for another answer may not be). Acknowledgements are neither side. The
 chosen set is kept diverse: one (normalised) text is the chosen side of at most `mine_max_chosen_share` of the
@@ -106,18 +106,31 @@ def _source(row: dict) -> str:
     return "greedy" if row["temperature"] == 0 else "sample"
 
 
-def followup_pairs(ex: Example, answer: str, turns: list[dict], other: tuple[str, str] | None,
+# Mismatched contexts a chosen turn must be grounded against. The probe uses one; a turn that is specific to a kind of
+# problem but not to this one ("Why do we need two steps for the years?" after an age problem) passes one control in
+# three of the testbed's four scenarios, and DPO then settles on one such question per kind. Three controls leave
+# the turns that name this problem's own numbers and things.
+CONTROLS = 3
+
+
+def grounded_in(query: str, answer: str, turn: str, controls: list[tuple[str, str]]) -> bool:
+    """Whether `turn` is a grounded follow-up of (query, answer) against every mismatched context of `controls`."""
+    return bool(controls) and all(is_grounded(query, answer, turn, *c).grounded for c in controls)
+
+
+def followup_pairs(ex: Example, answer: str, turns: list[dict], controls: list[tuple[str, str]],
                    use_reference: bool) -> list[dict]:
     """The follow-up pairs of one prompt from its labelled user turns (greedy first, then the samples).
 
-    `turns` carry `label` and `grounded` (see [`~uturn_train.probe.runner.run_probe`]); `other` is the mismatched
-    context (query, answer) that decides whether the reference follow-up is grounded in the model's answer.
+    `turns` carry `label` (see [`~uturn_train.probe.runner.run_probe`]); `controls` are mismatched contexts (query,
+    answer) of other prompts: a follow-up is chosen if it is grounded against all of them, else it is rejected.
     """
+    grounded = [r["label"] == "followup" and grounded_in(ex.query, answer, r["user_turn"], controls) for r in turns]
     rejected = [(r["user_turn"], r["label"] if r["label"] != "followup" else "ungrounded_followup", _source(r))
-                for r in turns if r["label"] in REJECTABLE or (r["label"] == "followup" and not r["grounded"])]
-    chosen = [(r["user_turn"], "grounded_followup", _source(r)) for r in turns if r["grounded"]]
-    if (not chosen and rejected and use_reference and ex.reference_followup and other is not None
-            and is_grounded(ex.query, answer, ex.reference_followup, *other).grounded):
+                for r, g in zip(turns, grounded) if r["label"] in REJECTABLE or (r["label"] == "followup" and not g)]
+    chosen = [(r["user_turn"], "grounded_followup", _source(r)) for r, g in zip(turns, grounded) if g]
+    if (not chosen and rejected and use_reference and ex.reference_followup
+            and grounded_in(ex.query, answer, ex.reference_followup, controls)):
         chosen = [(ex.reference_followup, "grounded_followup", "reference")]
     return _pairs(ex, "followup", turns[0]["user_prompt"], chosen, rejected) if turns else []
 
@@ -160,10 +173,11 @@ def mine_pairs(model, tokenizer, examples: list[Example], args: MiningArguments,
         turns = defaultdict(list)
         for row in run.rows:
             turns[row["index"]].append(row)
-        other = derangement(len(examples), settings.seed) if len(examples) > 1 else None
+        contexts = [(examples[a["index"]].query, a["answer"]) for a in run.answers]
+        cycles = [derangement(len(contexts), settings.seed + c) for c in range(CONTROLS)] if len(contexts) > 1 else []
         pairs = [p for a in run.answers for p in followup_pairs(
             examples[a["index"]], a["answer"], turns[a["index"]],
-            (examples[other[a["index"]]].query, run.answers[other[a["index"]]]["answer"]) if other else None,
+            [contexts[cycle[a["index"]]] for cycle in cycles if contexts[cycle[a["index"]]] != contexts[a["index"]]],
             args.mine_reference)]
         pairs = diverse(pairs, args.mine_max_chosen_share)
         n_anchors = round(args.anchor_ratio * len(pairs))
