@@ -40,9 +40,9 @@ def oasst(shared_data):
 def call(reward, tokenizer, rows):
     """`reward` as TRL calls it: one entry per completion in every column."""
     ids = [tokenizer(text, add_special_tokens=False).input_ids for text, *_ in rows]
-    columns = list(zip(*[(text, i, "user_turn", ex.query, ex.answer, other.query, other.answer)
+    columns = list(zip(*[(text, i, "user_turn", ex.query, ex.answer, [[other.query, other.answer]])
                          for (text, ex, other), i in zip(rows, ids)]))
-    names = ("completions", "completion_ids", "kind", "query", "answer", "other_query", "other_answer")
+    names = ("completions", "completion_ids", "kind", "query", "answer", "controls")
     return reward(**dict(zip(names, columns)), prompts=["P"] * len(rows))
 
 
@@ -84,7 +84,7 @@ def test_anchor_rows_are_left_to_the_accuracy_reward(reward, tokenizer, shared_d
     assert accuracy(solutions[:2], ["user_turn"] * 2, golds[:2]) == [None, None]
     ids = [[1, 2, 3]] * 2
     assert reward(completions=["x", "y"], completion_ids=ids, kind=["anchor"] * 2, query=["q"] * 2,
-                  answer=[None] * 2, other_query=[None] * 2, other_answer=[None] * 2) == [None, None]
+                  answer=[None] * 2, controls=[[], []]) == [None, None]
 
 
 def test_length_guard():
@@ -92,3 +92,23 @@ def test_length_guard():
     ids = [list(range(n)) for n in (0, 32, 48, 64, 200)]
     assert guard(completion_ids=ids, kind=["user_turn"] * 5) == [0.0, 0.0, -0.5, -1.0, -1.0]
     assert guard(completion_ids=ids[:1], kind=["anchor"]) == [None]
+
+
+def test_a_question_specific_to_a_kind_of_problem_is_not_rewarded(reward, tokenizer):
+    """One control lets "why two steps for the years?" through whenever it is drawn from another kind of problem; the
+    reward asks for every control, one of which is an age problem too."""
+    age = ("Mei is 9 times as old as Noah, who is 6. How old will Mei be in 7 years?",
+           "Mei is 6 * 9 = 54 years old now. In 7 years she will be 54 + 7 = 61.")
+    other_age = ("Tom is 4. Ana is 3 times as old. How old will Ana be in 5 years?",
+                 "Ana is 4 * 3 = 12 years old now. In 5 years she will be 12 + 5 = 17.")
+    change = ("Ivy buys 3 pens at $4 each and pays with $20. How much change?", "3 * 4 = 12, so 20 - 12 = 8 dollars.")
+    ids = [[1, 2]]
+
+    def score(turn, controls):
+        return reward(completions=[turn], completion_ids=ids, kind=["user_turn"], query=[age[0]], answer=[age[1]],
+                      controls=[[list(c) for c in controls]])[0]
+
+    generic = "Why do we need two steps for the years?"
+    assert score(generic, [change]) == LABEL_REWARD["grounded"]  # fits only age problems: passes this control
+    assert score(generic, [change, other_age]) < LABEL_REWARD["grounded"]
+    assert score("How did you get 54 years?", [change, other_age]) == LABEL_REWARD["grounded"]

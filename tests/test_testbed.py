@@ -61,7 +61,9 @@ def test_smoke_build_files(smoke):
         assert (smoke / name).is_file(), name
     card = json.loads((smoke / "card.json").read_text())
     assert card["smoke"] and card["model"]["class"] == "Qwen3_5ForCausalLM"
-    assert set(card["probe"]) >= {"accuracy", "followup_rate_T0", "followup_rate_T1"}
+    assert set(card["probe"]) >= {"accuracy", "followup_rate_T0", "followup_rate_T1", "grounded_followup_rate_T0",
+                                  "grounded_followup_rate_T1"}
+    assert card["dtype"] == "float32" and card["cpu_capability"] and card["torch_threads"] >= 1
     assert card["data"]["heldout"] == len(_rows(smoke / "heldout.jsonl"))
     assert "Probe (self setting" in (smoke / "CARD.md").read_text()
     # nothing left beside the build
@@ -149,7 +151,7 @@ def test_real_testbed_meets_the_acceptance_figures(real_testbed):
     probe = card["probe"]
     assert probe["n_prompts"] == 200
     assert probe["accuracy"] >= 0.40
-    assert probe["followup_rate_T0"] <= 0.05
+    assert probe["followup_rate_T0"] <= 0.05 and probe["grounded_followup_rate_T0"] <= 0.05
     assert 0.10 <= probe["followup_rate_T1"] <= 0.40
     assert card["peak_rss_gb"] <= 3.0
     assert card["dtype"] == "float32" and card["cpu_capability"]  # one numeric path on every CPU

@@ -38,7 +38,7 @@ from .data import check_source, prompt_examples
 from .distributed import gathered_if_zero3, map_sharded
 from .generation import generate
 from .io import atomic_dir, ensure_writable_dir, write_json
-from .probe.grounding import derangement, is_grounded, normalize_turn
+from .probe.grounding import CONTROLS, derangement, grounded_in, normalize_turn
 from .probe.settings import JUDGE_FIELDS, prefixed
 from .tasks import gsm8k
 from .tasks.base import Example
@@ -104,18 +104,6 @@ def _pairs(ex: Example, kind: str, prompt: str, chosen: list[tuple], rejected: l
 
 def _source(row: dict) -> str:
     return "greedy" if row["temperature"] == 0 else "sample"
-
-
-# Mismatched contexts a chosen turn must be grounded against. The probe uses one; a turn that is specific to a kind of
-# problem but not to this one ("Why do we need two steps for the years?" after an age problem) passes one control in
-# three of the testbed's four scenarios, and DPO then settles on one such question per kind. Three controls leave
-# the turns that name this problem's own numbers and things.
-CONTROLS = 3
-
-
-def grounded_in(query: str, answer: str, turn: str, controls: list[tuple[str, str]]) -> bool:
-    """Whether `turn` is a grounded follow-up of (query, answer) against every mismatched context of `controls`."""
-    return bool(controls) and all(is_grounded(query, answer, turn, *c).grounded for c in controls)
 
 
 def followup_pairs(ex: Example, answer: str, turns: list[dict], controls: list[tuple[str, str]],

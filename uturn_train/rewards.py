@@ -1,19 +1,20 @@
 """Reward functions for online RL on the user turn (`recipes/collab_grpo.py`), in TRL's `reward_funcs` signature.
 
 Each is called with the batch's `prompts`, `completions` (decoded text) and `completion_ids`, plus the data set's extra
-columns (see [`~uturn_train.rl_data.grpo_dataset`]): `kind` (`user_turn` or `anchor`), `query`, `answer` (what the
-user turn reacts to), `other_query`/`other_answer` (a mismatched context, for the grounded decision) and `gold`. A
+columns (see [`~uturn_train.rl_data.grpo_rows`]): `kind` (`user_turn` or `anchor`), `query`, `answer` (what the
+user turn reacts to), `controls` (mismatched contexts `[query, answer]` for the grounded decision) and `gold`. A
 function returns one float per completion, or None where it does not apply (TRL leaves those out of the sum), and TRL
 logs each function's mean as `rewards/<name>/mean`.
 
-- [`UserTurnReward`]: the user-turn probe's verdict as a reward: +1 for a grounded follow-up, 0 for one that fits any
+- [`UserTurnReward`]: the user-turn probe's verdict as a reward: +1 for a follow-up grounded against every
+  mismatched context of its row (`grounding.CONTROLS`), 0 for one that fits any
   answer, for thanks and for a new topic, and -1 for identity drift, repetition, empty or degenerate turns.
 - [`LengthGuard`]: a penalty for user turns longer than a budget, so a turn cannot gain by padding.
 - [`accuracy`]: 1 for a correct answer to an anchor problem (`tasks.gsm8k.is_correct`), 0 otherwise.
 """
 
 from .probe.classify import classify_turn
-from .probe.grounding import is_grounded
+from .probe.grounding import grounded_in
 from .tasks import gsm8k
 
 # The reward of each verdict. Only a grounded follow-up earns anything. A follow-up that fits any answer ("Can you
@@ -44,16 +45,15 @@ class UserTurnReward:
     def turn(self, text: str, ids: list[int]) -> str:
         return text + self.header_ids[ids[-1]] if ids and ids[-1] in self.header_ids else text
 
-    def __call__(self, completions, completion_ids, kind, query, answer, other_query, other_answer, **kwargs):
+    def __call__(self, completions, completion_ids, kind, query, answer, controls, **kwargs):
         rewards = []
-        for text, ids, k, q, a, oq, oa in zip(completions, completion_ids, kind, query, answer, other_query,
-                                                other_answer):
+        for text, ids, k, q, a, others in zip(completions, completion_ids, kind, query, answer, controls):
             if k != "user_turn":
                 rewards.append(None)
                 continue
             turn = self.turn(text, ids)
             verdict = classify_turn(q, a, turn)
-            if verdict.is_followup and is_grounded(q, a, turn, oq, oa, verdict=verdict).grounded:
+            if verdict.is_followup and grounded_in(q, a, turn, [tuple(c) for c in others]):
                 rewards.append(LABEL_REWARD["grounded"])
             else:
                 rewards.append(LABEL_REWARD[verdict.label])

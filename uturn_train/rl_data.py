@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from .chat import answer_prompt, user_turn_prompt
 from .data import check_source, prompt_examples
-from .probe.grounding import derangement
+from .probe.grounding import CONTROLS, derangement
 from .tasks.base import Example
 
 
@@ -59,8 +59,8 @@ def rl_examples(args: RLArguments) -> list[Example]:
 def grpo_rows(model, tokenizer, examples: list[Example], args: RLArguments, state=None) -> list[dict]:
     """The rows of the RL data set (`prompt` plus the columns the rewards read); the same on every rank of `state`.
 
-    Anchors are drawn (seeded) among the examples with a gold answer; the others become user-turn prompts, each paired
-    with another user-turn prompt's query and answer (a seeded derangement) for the grounded decision.
+    Anchors are drawn (seeded) among the examples with a gold answer; the others become user-turn prompts, each with
+    the queries and answers of `CONTROLS` other user-turn prompts (seeded derangements) as mismatched contexts.
     """
     from .probe.runner import run_probe
     from .probe.settings import ProbeSettings
@@ -83,15 +83,15 @@ def grpo_rows(model, tokenizer, examples: list[Example], args: RLArguments, stat
         answers = [ex.answer for ex in turns]
         if not all(answers):
             raise ValueError("prompt_setting `heldout` needs an answer per prompt; this source has none for some")
-    other = derangement(len(turns), args.prompt_seed)
+    contexts = [(ex.query, answer) for ex, answer in zip(turns, answers)]
+    cycles = [derangement(len(turns), args.prompt_seed + c) for c in range(CONTROLS)]
     rows = [{"prompt": user_turn_prompt(tokenizer, [*ex.meta.get("history", []), {"role": "user", "content": ex.query},
                                                     {"role": "assistant", "content": answer}]),
-             "kind": "user_turn", "id": ex.id, "query": ex.query, "answer": answer, "other_query": turns[j].query,
-             "other_answer": answers[j], "gold": ex.gold}
-            for ex, answer, j in zip(turns, answers, other)]
+             "kind": "user_turn", "id": ex.id, "query": ex.query, "answer": answer, "gold": ex.gold,
+             "controls": [list(contexts[cycle[i]]) for cycle in cycles if contexts[cycle[i]] != contexts[i]]}
+            for i, (ex, answer) in enumerate(zip(turns, answers))]
     rows += [{"prompt": answer_prompt(tokenizer, [*ex.meta.get("history", []), {"role": "user", "content": ex.query}]),
-              "kind": "anchor", "id": ex.id, "query": ex.query, "answer": None, "other_query": None,
-              "other_answer": None, "gold": ex.gold}
+              "kind": "anchor", "id": ex.id, "query": ex.query, "answer": None, "gold": ex.gold, "controls": []}
              for i, ex in enumerate(examples) if i in anchors]
     rng.shuffle(rows)
     return rows

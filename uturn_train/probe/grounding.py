@@ -185,6 +185,18 @@ def is_grounded(
     return Grounding(False, mismatch, "fits another conversation as well and shares nothing specific with its own")
 
 
+# Mismatched contexts that training (DPO's chosen turns, GRPO's reward) asks a turn to be grounded against. The probe
+# measures with one; but a turn specific to a kind of problem and not to this one ("Why do we need two steps for the
+# years?" after an age problem) passes one control in three of the testbed's four scenarios, and both DPO and GRPO
+# settled on one such question per kind. Three controls leave the turns about a problem's own numbers and things.
+CONTROLS = 3
+
+
+def grounded_in(query: str, answer: str, turn: str, controls: list[tuple[str, str]]) -> bool:
+    """Whether `turn` is a grounded follow-up of (query, answer) against every mismatched context of `controls`."""
+    return bool(controls) and all(is_grounded(query, answer, turn, *c).grounded for c in controls)
+
+
 def ground_rows(rows: Sequence[Mapping], seed: int = 0, verdicts: Sequence[Verdict] | None = None) -> list[Grounding]:
     """`is_grounded` for every row (`query`, `answer`, `user_turn`, optional `finish_reason`) of a file or a probe.
 

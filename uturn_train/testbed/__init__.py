@@ -120,8 +120,9 @@ def _card_markdown(card: dict) -> str:
             "",
             f"## Probe (self setting, {probe['n_prompts']} held-out problems, greedy and T=1.0 x {probe['samples']})",
             "",
-            "| accuracy | greedy follow-up rate | T=1.0 follow-up rate |",
-            "|---|---|---|",
-            f"| {probe['accuracy']:.3f} | {probe['followup_rate_T0']:.3f} | {probe['followup_rate_T1']:.3f} |",
+            "| accuracy | greedy follow-up rate | greedy grounded | T=1.0 follow-up rate | T=1.0 grounded |",
+            "|---|---|---|---|---|",
+            f"| {probe['accuracy']:.3f} | {probe['followup_rate_T0']:.3f} | {probe['grounded_followup_rate_T0']:.3f} "
+            f"| {probe['followup_rate_T1']:.3f} | {probe['grounded_followup_rate_T1']:.3f} |",
         ]
     return "\n".join(lines) + "\n"

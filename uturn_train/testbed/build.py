@@ -239,7 +239,8 @@ def measure(out_dir: str | Path, limit: int = 200, samples: int = 4) -> dict:
     tokenizer, model = load_tokenizer(str(out_dir)), load_model(str(out_dir), device="cpu")
     examples = load_task("testbed", data=str(Path(out_dir) / "heldout.jsonl"), limit=limit)
     summary = run_probe(model, tokenizer, examples, ProbeSettings(temperatures=[0.0, 1.0], samples=samples)).summary
-    rates = {f"followup_rate_T{s['temperature']:g}": s["followup_rate"] for s in summary["settings"]}
+    rates = {f"{key}_T{s['temperature']:g}": s[key] for s in summary["settings"]
+             for key in ("followup_rate", "grounded_followup_rate")}
     return {"n_prompts": summary["n_prompts"], "accuracy": summary["accuracy"], **rates, "samples": samples,
             "categories": {f"T{s['temperature']:g}": s["categories"] for s in summary["settings"]}}
 
