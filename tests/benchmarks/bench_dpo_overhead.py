@@ -29,13 +29,14 @@ def plain(config: str, pairs: str, out: str, steps: int) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import DPOConfig, DPOTrainer, ModelConfig, TrlParser
 
-    from uturn_train.models import resolve_model_name
-    from uturn_train.training import QWEN3_5_LORA_TARGETS
+    from uturn_train.models import QWEN3_5_LORA_TARGETS
+    from uturn_train.testbed import resolve
 
     training_args, model_args = TrlParser((DPOConfig, ModelConfig)).parse_args_and_config(
         ["--config", config, "--output_dir", out, "--max_steps", str(steps), "--save_strategy", "no",
          "--report_to", "none"], fail_with_unknown_args=False)
-    path = resolve_model_name(model_args.model_name_or_path)
+    resolve(model_args)  # `testbed` -> the built testbed's folder
+    path = model_args.model_name_or_path
     model = AutoModelForCausalLM.from_pretrained(path, dtype=model_args.dtype)
     lora = LoraConfig(r=model_args.lora_r, lora_alpha=model_args.lora_alpha, lora_dropout=model_args.lora_dropout,
                       target_modules=QWEN3_5_LORA_TARGETS, task_type="CAUSAL_LM")
@@ -70,6 +71,9 @@ def main() -> None:
         ["--config", args.config], fail_with_unknown_args=False)
     script_args = MineScriptArguments(model=model_args.model_name_or_path, out=str(tmp / "pairs"),
                                       dtype=model_args.dtype)
+    from uturn_train.testbed import resolve
+
+    resolve(script_args, mining_args)
     pairs = str(run_mine_job(script_args, mining_args))
 
     env = {**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2")}
