@@ -1,8 +1,9 @@
 """Collaboration DPO: on-policy preference pairs for the **user** turn, LoRA, the user-turn probe at every checkpoint.
 
 Without `--dataset_name`, the script first mines pairs with the model itself (`uturn_train/mining.py`: it answers,
-samples user turns, the classifier picks a follow-up as chosen and an identity drift / repetition / new topic / empty /
-degenerate turn as rejected, plus accuracy anchors) and saves them to `output_dir/pairs`; a resumed run reuses them.
+samples user turns; a follow-up grounded against three mismatched contexts is chosen, and an identity drift /
+repetition / new topic / empty / degenerate turn or a follow-up that fits any answer is rejected; plus accuracy
+anchors) and saves them to `output_dir/pairs`; a resumed run reuses them.
 Then DPO, probing at step 0 and at every save; at the end a table of the probe history and
 `output_dir/probe_history.png`.
 

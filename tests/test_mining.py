@@ -91,7 +91,7 @@ def test_mined_pairs_have_the_promised_columns_and_labels(mined, conversations_f
     # The card counts what the data set holds, and keeps the settings.
     assert card["kind"] == {"followup": len(followups), "anchor": len(anchors)}
     assert sum(card["chosen_source"].values()) == len(dataset) and card["settings"]["mine_samples"] == 3
-    assert card["chosen_followups"]["grounded_share"] == 1.0
+    assert sum(card["chosen_followups"]["source"].values()) == len(followups)
     assert card["chosen_followups"]["distinct_share"] == len({r["chosen"] for r in followups}) / len(followups)
     assert json.loads((out / "mining_card.json").read_text())["n_pairs"] == len(dataset)
     assert [p.name for p in out.parent.iterdir()] == ["pairs"]  # no temporary folder left behind

@@ -177,7 +177,8 @@ def load_ablation(path: str | Path, out: str | Path | None = None) -> tuple[dict
         recipe = entry.get("recipe")
         available = sorted(p.stem for p in RECIPES.glob("*.py"))
         if recipe not in available:
-            raise ValueError(f"{where}: field `recipe`: unknown recipe {recipe!r}; recipes/ has {available}")
+            raise ValueError(f"{where}: field `recipe`: unknown recipe {recipe!r}; {RECIPES} has {available} (the "
+                             "recipes live in a source checkout: install with `pip install -e .` from one)")
         if not entry.get("config"):
             raise ValueError(f"{where}: field `config` is missing (the recipe's YAML)")
         own = _mapping(entry.get("overrides", {}), f"{where}: field `overrides`")

@@ -6,7 +6,6 @@ Every rank takes part (generation under ZeRO-3 is a collective); only the main p
 """
 
 import inspect
-import json
 import logging
 import random
 import time
@@ -239,8 +238,8 @@ class UserTurnProbeCallback(TrainerCallback):
             (out / "probe").mkdir(exist_ok=True)
             write_jsonl(out / "probe" / f"step_{step}.jsonl", run.rows)
             self._log_table(args, step, run.rows)
-        with open(out / HISTORY, "a", encoding="utf-8") as f:
-            f.write(json.dumps(record) + "\n")
+        # Rewritten whole and atomically: a kill while appending would leave half a line for the resumed run to read.
+        write_jsonl(out / HISTORY, [*read_probe_history(out), record])
 
     def _log_table(self, args, step, rows):
         if "wandb" not in (args.report_to or []):

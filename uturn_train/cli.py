@@ -37,10 +37,15 @@ def classify_file(input_path: str, output_path: str, seed: int = 0) -> list[dict
     contexts drawn from the file's other rows with `seed`; both are null when the file holds one context only, where
     grounded is undefined. Returns the labelled rows.
     """
-    from .io import write_jsonl
+    from pathlib import Path
+
+    from .io import ensure_writable_dir, write_jsonl
     from .probe.classify import Verdict, classify_turn
     from .probe.grounding import ground_rows
 
+    if not Path(input_path).is_file():
+        raise ValueError(f"--input {input_path} is not a file: pass a jsonl of rows with query, answer and user_turn")
+    ensure_writable_dir(Path(output_path).parent, "--output's folder")
     rows = []
     with open(input_path, encoding="utf-8") as f:
         for line_no, line in enumerate(f, 1):

@@ -201,9 +201,8 @@ def mine_pairs(model, tokenizer, examples: list[Example], args: MiningArguments,
         "rejected_label": dict(Counter(f"{p['kind']}:{p['rejected_label']}" for p in pairs)),
         "chosen_source": dict(Counter(f"{p['kind']}:{p['chosen_source']}" for p in pairs)),
         "rejected_source": dict(Counter(f"{p['kind']}:{p['rejected_source']}" for p in pairs)),
-        "chosen_followups": {
-            "grounded_share": sum(p["chosen_label"] == "grounded_followup" for p in pairs
-                                  if p["kind"] == "followup") / max(1, len(chosen)),
+        "chosen_followups": {  # every chosen follow-up is grounded (against CONTROLS contexts) by construction
+            "source": dict(Counter(p["chosen_source"] for p in pairs if p["kind"] == "followup")),
             "distinct_share": len(set(chosen)) / max(1, len(chosen)),
             "most_common": Counter(chosen).most_common(3),
         },

@@ -27,12 +27,13 @@ from itertools import combinations
 from pathlib import Path
 
 from .io import atomic_open, write_json
+from .probe.history import HISTORY
 from .report_md import FOLLOWUP, GROUNDED, checkpoint_rows, comparison_rows, render_markdown
 from .stats import BOOTSTRAP_RESAMPLES, paired_accuracy, paired_bootstrap
 
 logger = logging.getLogger(__name__)
 
-HISTORY, MARKER, PLAN, CARD = "probe_history.jsonl", "ablation_run.json", "ablation.json", "pairs/mining_card.json"
+MARKER, PLAN, CARD = "ablation_run.json", "ablation.json", "pairs/mining_card.json"
 
 
 def _read_jsonl(path: Path) -> list[dict]:
@@ -132,6 +133,10 @@ def _indicators(rows: list[dict], temperature: float, field: str, source: str) -
     out, seen = {}, set()
     for r in rows:
         if r["temperature"] != temperature:
+            continue
+        # Error rows (a failed request, a judge that could not label) and undefined grounded decisions are left out,
+        # as the probe leaves them out of its rates.
+        if r["label"] is None or (field != FOLLOWUP and r.get(field) is None):
             continue
         key = (r["id"], r["sample_index"])
         if key in seen:

@@ -43,8 +43,11 @@ def pairs(model_dir: Path, n: int) -> list[tuple[str, str]]:
     if (model_dir / "heldout_triples.jsonl").exists():  # the testbed's own held-out problems
         rows = [json.loads(line) for line in (model_dir / "heldout_triples.jsonl").read_text().splitlines()[:n]]
         return [(r["query"], r["answer"]) for r in rows]
-    rows = [json.loads(line) for line in GSM8K.read_text().splitlines()[:n]]
-    return [(r["question"], r["answer"]) for r in rows]
+    if GSM8K.exists():
+        rows = [json.loads(line) for line in GSM8K.read_text().splitlines()[:n]]
+        return [(r["question"], r["answer"]) for r in rows]
+    lines = tiny.chat_corpus(n)  # neither a testbed nor ../shared/data: synthetic pairs, as bench_probe does
+    return [(lines[4 * i], lines[4 * i + 1]) for i in range(n)]
 
 
 def probe_turn(g, headers: list[str]) -> str:

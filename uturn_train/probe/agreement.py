@@ -19,6 +19,8 @@ from .classify import LABELS, classify_turn
 
 def load_labelled(path: str | Path) -> list[dict]:
     """Rows of a labelled jsonl file; a bad row fails with its line number."""
+    if not Path(path).is_file():
+        raise ValueError(f"--input {path} is not a file: pass a jsonl of rows with query, answer, user_turn and label")
     rows = []
     with open(path, encoding="utf-8") as f:
         for line_no, line in enumerate(f, 1):

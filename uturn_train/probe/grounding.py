@@ -189,6 +189,7 @@ def is_grounded(
 # measures with one; but a turn specific to a kind of problem and not to this one ("Why do we need two steps for the
 # years?" after an age problem) passes one control in three of the testbed's four scenarios, and both DPO and GRPO
 # settled on one such question per kind. Three controls leave the turns about a problem's own numbers and things.
+# They come from three seeded derangements, which may give a prompt the same context twice (then it has fewer).
 CONTROLS = 3
 
 

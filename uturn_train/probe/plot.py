@@ -46,7 +46,7 @@ def plot_followup_vs_temperature(settings: list[dict], accuracy: float | None, p
 
 
 def plot_probe_history(records: list[dict], path: str | Path, title: str = "") -> None:
-    """Follow-up rate (solid) and grounded follow-up rate (dashed) per temperature, 95% intervals as bands, and
+    """Follow-up rate (solid, its 95% interval as a band) and grounded follow-up rate (dotted) per temperature, and
     accuracy against the training step, from the records of `probe_history.jsonl`; failed probes are skipped."""
     plt = _figure()
     records = sorted((r for r in records if r["settings"]), key=lambda r: r["step"])

@@ -44,7 +44,7 @@ from ..tasks.base import Example
 from .classify import classify_turn
 from .grounding import derangement, ground_rows, is_grounded
 from .metrics import wilson_interval
-from .settings import ProbeSettings, prefixed
+from .settings import JUDGE_FIELDS, ProbeSettings, prefixed
 
 logger = logging.getLogger(__name__)
 
@@ -94,8 +94,8 @@ class ValidateScriptArguments:
 
 
 @dataclass
-class ValidateSettings(prefixed("", exclude=("setting", "answer_max_new_tokens"), temperatures=[1.0], samples=8,
-                                max_new_tokens=64, batch_size=8)):
+class ValidateSettings(prefixed("", exclude=("setting", "answer_max_new_tokens", *JUDGE_FIELDS), temperatures=[1.0],
+                                samples=8, max_new_tokens=64, batch_size=8)):
     """[`ProbeSettings`] for the validity suite, always in the heldout setting. Sampled by default: greedy gives one
     turn per prompt, too few to see a change in a rate that sits near 0 for an untrained model. 64 tokens hold a user
     turn; 8 prompts x 8 samples per `generate` call are as many sequences as the probe's 16 x 4.

@@ -5,7 +5,6 @@ slower or faster. `measure` probes the result; its figures go into the card.
 """
 
 import importlib.util
-import json
 import logging
 import math
 import random
@@ -14,6 +13,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ..io import write_jsonl
 from .turns import conversation, followup
 from .world import sample_problem
 
@@ -245,12 +245,6 @@ def measure(out_dir: str | Path, limit: int = 200, samples: int = 4) -> dict:
             "categories": {f"T{s['temperature']:g}": s["categories"] for s in summary["settings"]}}
 
 
-def _write_jsonl(path: Path, rows) -> None:
-    with path.open("w", encoding="utf-8") as f:
-        for row in rows:
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
-
-
 def build(out: Path, *, seed: int, config: BuildConfig, probe: bool = True) -> dict:
     """Build into the (empty) directory `out`; returns the card."""
     import torch
@@ -285,11 +279,11 @@ def build(out: Path, *, seed: int, config: BuildConfig, probe: bool = True) -> d
 
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
-    _write_jsonl(out / "train.jsonl", mixture)
-    _write_jsonl(out / "heldout.jsonl", ({"question": r["question"], "answer": r["answer"]} for r in heldout))
-    _write_jsonl(out / "heldout_triples.jsonl",
+    write_jsonl(out / "train.jsonl", mixture)
+    write_jsonl(out / "heldout.jsonl", ({"question": r["question"], "answer": r["answer"]} for r in heldout))
+    write_jsonl(out / "heldout_triples.jsonl",
                  ({"query": r["question"], "answer": r["answer"], "followup": r["followup"]} for r in heldout))
-    _write_jsonl(out / "conversations.jsonl", ({"messages": r["messages"]} for r in sft))
+    write_jsonl(out / "conversations.jsonl", ({"messages": r["messages"]} for r in sft))
 
     kinds = {}
     for r in mixture:

@@ -109,8 +109,6 @@ def _change(w, n):
                                             "c": "the bill"}
 
 
-
-
 def _reading(w, n):
     N, (a, b, c) = w["name"], (n["a"], n["b"], n["c"])
     c0, c1, ask = [
@@ -158,10 +156,6 @@ def _ages(w, n):
     s1 = _step(a, "*", b, t1, f"{M}'s age now", f"{M} is {b} times as old as {N}, who is {a}", "years")
     s2 = _step(s1.value, "+", c, t2, f"{M}'s age later", f"{c} years go by", "years")
     return q, [s1, s2], {"a": f"{N}'s age", "b": f"how many times older {M} is", "c": "the number of years"}
-
-
-
-
 
 
 def _build(build):
