@@ -11,7 +11,6 @@
 """
 
 import argparse
-import json
 import logging
 import sys
 from collections import Counter
@@ -39,7 +38,7 @@ def classify_file(input_path: str, output_path: str, seed: int = 0) -> list[dict
     """
     from pathlib import Path
 
-    from .io import ensure_writable_dir, write_jsonl
+    from .io import ensure_writable_dir, read_jsonl, write_jsonl
     from .probe.classify import Verdict, classify_turn
     from .probe.grounding import ground_rows
 
@@ -47,20 +46,9 @@ def classify_file(input_path: str, output_path: str, seed: int = 0) -> list[dict
         raise ValueError(f"--input {input_path} is not a file: pass a jsonl of rows with query, answer and user_turn")
     ensure_writable_dir(Path(output_path).parent, "--output's folder")
     rows = []
-    with open(input_path, encoding="utf-8") as f:
-        for line_no, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{input_path}:{line_no}: not valid JSON ({e.msg})") from e
-            missing = [k for k in ("query", "answer", "user_turn") if not isinstance(row.get(k), str)]
-            if missing:
-                raise ValueError(f"{input_path}:{line_no}: missing string field(s) {missing}; every row needs "
-                                 "`query`, `answer` and `user_turn`")
-            verdict = classify_turn(row["query"], row["answer"], row["user_turn"], row.get("finish_reason"))
-            rows.append({**row, "label": verdict.label, "reason": verdict.reason})
+    for row in read_jsonl(input_path, ("query", "answer", "user_turn")):
+        verdict = classify_turn(row["query"], row["answer"], row["user_turn"], row.get("finish_reason"))
+        rows.append({**row, "label": verdict.label, "reason": verdict.reason})
     if not rows:
         raise ValueError(f"{input_path} holds no rows")
     try:

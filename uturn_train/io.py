@@ -34,6 +34,29 @@ def write_jsonl(path: str | Path, rows) -> None:
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
 
 
+def read_jsonl(path: str | Path, fields: tuple[str, ...] = (), check=None) -> list[dict]:
+    """The rows of a jsonl file (blank lines skipped); a row that is not JSON, lacks one of the string `fields`, or for
+    which `check(row)` returns a message, fails with its line number."""
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for line_no, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}:{line_no}: not valid JSON ({e.msg})") from None
+            missing = [k for k in fields if not isinstance(row.get(k), str)]
+            if missing:
+                raise ValueError(f"{path}:{line_no}: missing string field(s) {missing}; every row needs "
+                                 + ", ".join(f"`{k}`" for k in fields))
+            problem = check(row) if check is not None else None
+            if problem:
+                raise ValueError(f"{path}:{line_no}: {problem}")
+            rows.append(row)
+    return rows
+
+
 def ensure_writable_dir(path: str | Path, option: str = "--out") -> Path:
     """Create `path` if needed and check that files can be written there, before any long work starts."""
     path = Path(path)

@@ -26,7 +26,7 @@ import os
 from itertools import combinations
 from pathlib import Path
 
-from .io import atomic_open, write_json
+from .io import atomic_open, read_jsonl, write_json
 from .probe.history import HISTORY
 from .report_md import FOLLOWUP, GROUNDED, checkpoint_rows, comparison_rows, render_markdown
 from .stats import BOOTSTRAP_RESAMPLES, paired_accuracy, paired_bootstrap
@@ -34,17 +34,6 @@ from .stats import BOOTSTRAP_RESAMPLES, paired_accuracy, paired_bootstrap
 logger = logging.getLogger(__name__)
 
 MARKER, PLAN, CARD = "ablation_run.json", "ablation.json", "pairs/mining_card.json"
-
-
-def _read_jsonl(path: Path) -> list[dict]:
-    rows = []
-    for line_no, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if line.strip():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{line_no}: not valid JSON ({e.msg})") from e
-    return rows
 
 
 def _read_json(path: Path) -> dict | None:
@@ -81,7 +70,7 @@ def _checkpoint(record: dict) -> dict:
 
 def load_run(path: Path) -> dict:
     """One run: its probed checkpoints and what `uturn ablate` recorded about it."""
-    records = sorted(_read_jsonl(path / HISTORY), key=lambda r: r["step"])
+    records = sorted(read_jsonl(path / HISTORY), key=lambda r: r["step"])
     ok = [r for r in records if r.get("settings")]
     if not ok:
         raise ValueError(f"{path / HISTORY}: no successful probe record ({len(records)} records, errors: "
@@ -126,7 +115,7 @@ def _samples(run: dict, step: int) -> list[dict]:
     path = Path(run["dir"]) / "probe" / f"step_{step}.jsonl"
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing")
-    return _read_jsonl(path)
+    return read_jsonl(path)
 
 
 def _indicators(rows: list[dict], temperature: float, field: str, source: str) -> dict[str, list[bool]]:

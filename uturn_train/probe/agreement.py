@@ -9,11 +9,10 @@ table is printed. A turn the judge could not label is counted as an error and le
 """
 
 import argparse
-import json
 from collections import Counter
 from pathlib import Path
 
-from ..io import ensure_writable_dir, write_json, write_jsonl
+from ..io import ensure_writable_dir, read_jsonl, write_json, write_jsonl
 from .classify import LABELS, classify_turn
 
 
@@ -21,22 +20,8 @@ def load_labelled(path: str | Path) -> list[dict]:
     """Rows of a labelled jsonl file; a bad row fails with its line number."""
     if not Path(path).is_file():
         raise ValueError(f"--input {path} is not a file: pass a jsonl of rows with query, answer, user_turn and label")
-    rows = []
-    with open(path, encoding="utf-8") as f:
-        for line_no, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{line_no}: not valid JSON ({e.msg})") from None
-            missing = [k for k in ("query", "answer", "user_turn") if not isinstance(row.get(k), str)]
-            if missing:
-                raise ValueError(f"{path}:{line_no}: missing string field(s) {missing}; every row needs query, "
-                                 "answer, user_turn and label")
-            if row.get("label") not in LABELS:
-                raise ValueError(f"{path}:{line_no}: label {row.get('label')!r} is not one of {list(LABELS)}")
-            rows.append(row)
+    rows = read_jsonl(path, ("query", "answer", "user_turn"), check=lambda row: None if row.get("label") in LABELS
+                      else f"label {row.get('label')!r} is not one of {list(LABELS)}")
     if not rows:
         raise ValueError(f"{path} holds no rows")
     return rows
