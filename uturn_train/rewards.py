@@ -53,7 +53,7 @@ class UserTurnReward:
                 continue
             turn = self.turn(text, ids)
             verdict = classify_turn(q, a, turn)
-            if verdict.is_followup and grounded_in(q, a, turn, [tuple(c) for c in others]):
+            if verdict.is_followup and grounded_in(q, a, turn, [tuple(c) for c in others], verdict):
                 rewards.append(LABEL_REWARD["grounded"])
             else:
                 rewards.append(LABEL_REWARD[verdict.label])

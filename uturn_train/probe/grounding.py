@@ -193,9 +193,13 @@ def is_grounded(
 CONTROLS = 3
 
 
-def grounded_in(query: str, answer: str, turn: str, controls: list[tuple[str, str]]) -> bool:
-    """Whether `turn` is a grounded follow-up of (query, answer) against every mismatched context of `controls`."""
-    return bool(controls) and all(is_grounded(query, answer, turn, *c).grounded for c in controls)
+def grounded_in(query: str, answer: str, turn: str, controls: list[tuple[str, str]],
+                verdict: Verdict | None = None) -> bool:
+    """Whether `turn` is a grounded follow-up of (query, answer) against every mismatched context of `controls`;
+    `verdict`, the turn's verdict in its own conversation when already computed, saves classifying it per control."""
+    if verdict is None:
+        verdict = classify_turn(query, answer, turn)
+    return bool(controls) and all(is_grounded(query, answer, turn, *c, verdict=verdict).grounded for c in controls)
 
 
 def ground_rows(rows: Sequence[Mapping], seed: int = 0, verdicts: Sequence[Verdict] | None = None) -> list[Grounding]:
