@@ -46,13 +46,25 @@ DPO = str(ROOT / "recipes" / "testbed" / "collab_dpo.yaml")
      r"runs\[1\] \(collab_dpo\): field `overrides`: argument --max_steps.*invalid int value: 'ten'"),
     ({"recipe": "collab_dpo", "config": DPO, "overrides": {"output_dir": "x"}}, {},
      r"field `overrides.output_dir`: set by uturn ablate"),
-    ({"recipe": "collab_sft", "config": SFT, "name": "first"}, {}, r"runs share the name\(s\) \['first'\]"),
-    ({"recipe": "collab_dpo", "config": DPO, "seeds": [0, "one"]}, {}, r"field `seeds`: expected a non-empty list"),
+    ({"recipe": "collab_sft", "config": SFT, "name": "first"}, {}, r"runs\[1\] \(first\): runs\[0\] has the name"),
+    ({"recipe": "collab_dpo", "config": DPO, "seeds": [0, "one"]}, {},
+     r"runs\[1\] \(collab_dpo\): field `seeds`: expected a non-empty list of integers"),
+    ({"recipe": "collab_dpo", "config": DPO, "seeds": [0, True]}, {}, r"field `seeds`: expected a non-empty list"),
+    ({"recipe": "collab_dpo", "config": DPO, "seeds": [0, 1, 0]}, {},
+     r"runs\[1\] \(collab_dpo\): field `seeds`: seed\(s\) \[0\] given twice"),
+    ({"recipe": "collab_dpo", "config": DPO, "overrides": {"seed": 3}}, {"seeds": [0, 1]},
+     r"runs\[1\] \(collab_dpo\): field `seeds`: the overrides set `seed` too"),
+    ({"recipe": "collab_dpo", "config": DPO}, {"seeds": 3}, r"ablation.yaml: field `seeds`: expected a non-empty list"),
+    ({"recipe": "collab_dpo", "config": DPO}, {"seeds": []}, r"field `seeds`: expected a non-empty list"),
+    ({"recipe": "collab_sft", "config": SFT, "name": "first", "seeds": [1]}, {"seeds": [0]},
+     r"runs\[1\] \(first\): runs\[0\] has the name 'first' too"),
     ({"recipe": "collab_dpo", "config": DPO}, {"accelerate_config": str(ROOT / "accelerate_configs" /
                                                                      "multi_node_zero3.yaml")},
      r"field `accelerate_config`: .*spans 2 machines"),
     ({"recipe": "collab_dpo", "config": DPO}, {"group": "x"}, r"unknown field\(s\) \['group'\]"),
-], ids=["recipe", "config", "typo", "other-recipe", "value", "reserved", "duplicate", "seeds", "multi-node", "field"])
+], ids=["recipe", "config", "typo", "other-recipe", "value", "reserved", "duplicate", "seeds", "seeds-bool",
+        "seeds-twice", "seeds-and-seed", "file-seeds", "file-seeds-empty", "same-name-other-seeds", "multi-node",
+        "field"])
 def test_bad_files_fail_before_anything_runs(run, fields, error, tmp_path):
     path = write_ablation(tmp_path, [{"recipe": "collab_sft", "config": SFT, "name": "first"}, run], **fields)
     with pytest.raises(ValueError, match=error):
@@ -70,10 +82,13 @@ def test_names_dry_run_and_slurm_script(tmp_path, capsys):
     _, runs, _ = load_ablation(path, tmp_path / "out")
     assert [r.name for r in runs] == ["collab_sft-loss_scope-user", "collab_dpo-loss_type-sigmoid+sft-beta-0.2-seed0",
                                       "collab_dpo-loss_type-sigmoid+sft-beta-0.2-seed1", "dpo-default"]
-    assert runs[1].knobs == {"loss_type": ["sigmoid", "sft"], "beta": 0.2, "seed": 0}
+    assert runs[1].knobs == {"loss_type": ["sigmoid", "sft"], "beta": 0.2}
+    assert (runs[1].variant, runs[1].seed, runs[0].variant, runs[0].seed) == (
+        "collab_dpo-loss_type-sigmoid+sft-beta-0.2", 0, "collab_sft-loss_scope-user", None)
     assert runs[1].command[-11:] == ["--probe_limit", "50", "--use_cpu", "true", "--loss_type", "sigmoid", "sft",
                                      "--beta", "0.2", "--seed", "0"]
-    assert runs[0].env == {"WANDB_RUN_GROUP": "tiny-ablation", "WANDB_TAGS": "test,sft"}
+    assert runs[0].env == {"WANDB_RUN_GROUP": "tiny-ablation", "WANDB_JOB_TYPE": "collab_sft-loss_scope-user",
+                           "WANDB_TAGS": "test,sft"}
 
     main(["--config", str(path), "--out", str(tmp_path / "out"), "--dry_run"])
     printed = capsys.readouterr().out
@@ -102,6 +117,82 @@ def test_names_dry_run_and_slurm_script(tmp_path, capsys):
     (tmp_path / "out" / "dpo-default" / "ablation_run.json").write_text(json.dumps(marker))
     main(["--config", str(path), "--out", str(tmp_path / "out"), "--dry_run"])
     assert "# [4/4] dpo-default (finished before: would be skipped)" in capsys.readouterr().out
+
+
+TOY = """import argparse, sys
+from pathlib import Path
+
+
+def make_parser():
+    parser = argparse.ArgumentParser()
+    for flag in ("--config", "--output_dir", "--run_name", "--steps"):
+        parser.add_argument(flag)
+    parser.add_argument("--seed", type=int, default=42)
+    return parser
+
+
+if __name__ == "__main__":
+    args = make_parser().parse_args()
+    out = Path(args.output_dir)
+    (out / "ran.txt").write_text(f"seed {args.seed}")
+    sys.exit(1 if (out.parent / f"fail-{args.run_name}").exists() else 0)
+"""
+
+
+def test_seeds_give_one_folder_marker_and_array_task_per_run_and_seed(tmp_path, monkeypatch, capsys):
+    """The file's seeds, replaced by a run's own; each (run, seed) is launched for real (a toy recipe), one seed fails,
+    and the rerun redoes that one alone."""
+    import uturn_train.ablate_config
+
+    recipes = tmp_path / "recipes"
+    recipes.mkdir()
+    (recipes / "toy.py").write_text(TOY)
+    (tmp_path / "toy.yaml").write_text("steps: 1\n")
+    monkeypatch.setattr(uturn_train.ablate_config, "RECIPES", recipes)
+    toy = {"recipe": "toy", "config": str(tmp_path / "toy.yaml")}
+    path = write_ablation(tmp_path, [{**toy, "overrides": {"steps": 2}}, {**toy, "name": "short", "seeds": [7]}],
+                          seeds=[0, 1, 2])
+    out = tmp_path / "out"
+    _, runs, _ = load_ablation(path, out)
+    assert [(r.name, r.variant, r.seed) for r in runs] == [
+        ("toy-steps-2-seed0", "toy-steps-2", 0), ("toy-steps-2-seed1", "toy-steps-2", 1),
+        ("toy-steps-2-seed2", "toy-steps-2", 2), ("short-seed7", "short", 7)]
+    assert runs[1].command[-4:] == ["--steps", "2", "--seed", "1"] and runs[1].knobs == {"steps": 2}
+    assert {r.env["WANDB_RUN_GROUP"] for r in runs} == {"tiny-ablation"}  # one group; the seed is in each config
+
+    main(["--config", str(path), "--out", str(out), "--dry_run"])
+    printed = capsys.readouterr().out
+    assert "4 runs ((run, seed) pairs of 2 runs)" in printed
+    assert "# [2/4] toy-steps-2-seed1 (run toy-steps-2, seed 1)\n" in printed
+    assert printed.count("--seed") == 4 and not out.exists()
+    main(["--config", str(path), "--out", str(out), "--slurm"])
+    text = (out / "ablation.sbatch").read_text()
+    assert "#SBATCH --array=0-3" in text
+    assert "RUNS=(toy-steps-2-seed0 toy-steps-2-seed1 toy-steps-2-seed2 short-seed7)" in text
+    plan = json.loads((out / "ablation.json").read_text())
+    assert [(r["variant"], r["seed"]) for r in plan["runs"]] == [(r.variant, r.seed) for r in runs]
+
+    (out / "fail-toy-steps-2-seed1").touch()
+    with pytest.raises(SystemExit) as exited:
+        main(["--config", str(path), "--out", str(out)])
+    assert exited.value.code == 1
+    markers = {r.name: json.loads((out / r.name / "ablation_run.json").read_text()) for r in runs}
+    assert {n: (m["exit_code"], m["seed"], m["variant"]) for n, m in markers.items()} == {
+        "toy-steps-2-seed0": (0, 0, "toy-steps-2"), "toy-steps-2-seed1": (1, 1, "toy-steps-2"),
+        "toy-steps-2-seed2": (0, 2, "toy-steps-2"), "short-seed7": (0, 7, "short")}
+    assert (out / "short-seed7" / "ran.txt").read_text() == "seed 7"
+    kept = {n: (out / n / "ablation_run.json").stat().st_mtime_ns for n in markers}
+
+    (out / "fail-toy-steps-2-seed1").unlink()
+    capsys.readouterr()
+    main(["--config", str(path), "--out", str(out), "--only", "toy-steps-2"])  # a run's name: all its seeds
+    printed = capsys.readouterr().out
+    assert "[1/3] toy-steps-2-seed0: finished before" in printed
+    assert "[3/3] toy-steps-2-seed2: finished before" in printed
+    assert "[2/3] toy-steps-2-seed1: an earlier attempt did not finish" in printed and "short" not in printed
+    assert json.loads((out / "toy-steps-2-seed1" / "ablation_run.json").read_text())["exit_code"] == 0
+    assert {n: (out / n / "ablation_run.json").stat().st_mtime_ns for n in markers if n != "toy-steps-2-seed1"} == \
+        {n: t for n, t in kept.items() if n != "toy-steps-2-seed1"}
 
 
 def _wait_for(predicate, timeout: float, what: str, proc: subprocess.Popen, log: Path):
@@ -160,8 +251,8 @@ def test_sigterm_stops_the_whole_run_and_leaves_no_marker(tmp_path):
     (tmp_path / "sleeper.yaml").write_text("steps: 1\n")
     path = write_ablation(tmp_path, [{"recipe": "sleeper", "config": str(tmp_path / "sleeper.yaml")}])
     out = tmp_path / "out"
-    wrapper = ("import sys; from pathlib import Path; import uturn_train.ablate as a; a.RECIPES = Path(sys.argv[1]); "
-               "a.main(sys.argv[2:])")
+    wrapper = ("import sys; from pathlib import Path; import uturn_train.ablate as a, uturn_train.ablate_config as c; "
+               "c.RECIPES = Path(sys.argv[1]); a.main(sys.argv[2:])")
     log = tmp_path / "ablate.log"
     with open(log, "w") as f:
         cmd = [sys.executable, "-c", wrapper, str(recipes), "--config", str(path), "--out", str(out)]

@@ -40,6 +40,9 @@ def test_probe_scalars_files_and_no_perturbation(tiny_qwen_dir, gsm8k_file, tmp_
             assert key in h, key
         rate = "probe/followup_rate/T0.0"
         assert h[f"{rate}/ci_low"] <= h[rate] <= h[f"{rate}/ci_high"]
+        for t in ("T0.0", "T1.0"):  # both shares of the follow-ups, whenever there are follow-ups
+            assert (f"probe/distinct_followups/{t}" in h) == (f"probe/distinct_templates/{t}" in h) \
+                == (h[f"probe/followup_rate/{t}"] > 0)
     history = _history(tmp_path / "with")
     assert [r["step"] for r in history] == [0, 2, 4] and all(r["error"] is None for r in history)
     assert [s["n"] for s in history[0]["settings"]] == [5, 10]  # 5 prompts: 1 greedy turn, 2 samples at T=1

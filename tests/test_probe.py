@@ -89,7 +89,7 @@ def test_cli_probe_writes_results_samples_and_plot(tiny_qwen_dir, shared_data, t
     assert [s["temperature"] for s in results["settings"]] == [0.0, 0.7, 1.0]
     for s in results["settings"]:
         assert set(s) == {"temperature", "samples", "followup_rate", "ci95", "n", "errors", "categories",
-                          "grounded_followup_rate", "grounded_ci95", "distinct_followups"}
+                          "grounded_followup_rate", "grounded_ci95", "distinct_followups", "distinct_templates"}
         assert s["grounded_followup_rate"] <= s["followup_rate"]
         assert set(s["categories"]) == set(LABELS)
     rows = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]

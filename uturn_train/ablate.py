@@ -1,4 +1,5 @@
-"""`uturn ablate`: post-training objectives side by side, one run after another (or a SLURM array), then the report.
+"""`uturn ablate`: post-training objectives side by side, each on several seeds, one run after another (or a SLURM
+array), then the report.
 
     uturn ablate --config recipes/testbed/ablation.yaml                 # runs here, then `uturn report` on --out
     uturn ablate --config recipes/testbed/ablation.yaml --dry_run       # prints the commands, runs nothing
@@ -9,208 +10,51 @@ The ablation file (paths relative to the directory you run from, like the recipe
     name: testbed-objectives          # W&B group (WANDB_RUN_GROUP); --out defaults to outputs/ablations/<name>
     accelerate_config: accelerate_configs/cpu.yaml   # `accelerate launch --config_file` of every run (one machine)
     tags: [testbed]                   # optional: W&B tags of every run (WANDB_TAGS)
+    seeds: [0, 1, 2]                  # optional: every run once per seed (`--seed N`), the probe's prompts fixed
     overrides: {probe_limit: 100}     # optional: flags of every run, before each run's own
     runs:
       - recipe: collab_sft            # recipes/<recipe>.py
         config: recipes/testbed/collab_sft.yaml
         overrides: {loss_scope: user} # optional: the recipe's flags without `--`; a list gives several values
-        seeds: [0, 1]                 # optional: one run per seed (`--seed N`)
-        name: sft-user                # optional; derived otherwise: collab_sft-loss_scope-user(-seed0)
+        seeds: [0, 1]                 # optional: this run's seeds instead of the file's
+        name: sft-user                # optional; derived otherwise: collab_sft-loss_scope-user
         tags: [sft]                   # optional: more W&B tags
 
-Each run is `accelerate launch --config_file <accelerate_config> recipes/<recipe>.py --config <config> --output_dir
-<out>/<name> --run_name <name> <overrides>`, logged to `<out>/<name>/train.log`; when it exits, the marker
-`<out>/<name>/ablation_run.json` (command, exit code, times) is written atomically. A rerun skips the runs whose marker
-has exit code 0 and starts the others over, their earlier folder moved to `<out>/.partial/` (never resumed: the probe
-history is appended to, and DPO mines before training). Ctrl-C or SIGTERM stops the run's process group and writes no
-marker. Bad files, and finished runs whose command the file has changed since, fail before anything runs. More in
-docs/ablations.md.
+Every (run, seed) is `accelerate launch --config_file <accelerate_config> recipes/<recipe>.py --config <config>
+--output_dir <out>/<name> --run_name <name> <overrides> --seed <seed>`, named `<run>-seed<seed>` (the run's name
+alone without seeds), logged to `<out>/<name>/train.log`; when it exits, the marker `<out>/<name>/ablation_run.json`
+(command, exit code, times) is written atomically. A rerun skips the runs whose marker has exit code 0 and starts the
+others over, their earlier folder moved to `<out>/.partial/` (never resumed: the probe history is appended to, and DPO
+mines before training). Ctrl-C or SIGTERM stops the run's process group and writes no marker. Bad files, and finished
+runs whose command the file has changed since, fail before anything runs. More in docs/ablations.md.
 """
-
 import argparse
 import contextlib
-import difflib
-import importlib.util
-import io
 import json
 import os
-import re
 import shlex
 import signal
 import socket
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import yaml
 
+from .ablate_config import Run, load_ablation
 from .io import atomic_open, ensure_writable_dir, write_json
 from .report import MARKER, PLAN
 
-RECIPES = Path(__file__).resolve().parents[1] / "recipes"
+__all__ = ["Run", "finished_runs", "launch", "load_ablation", "main", "run_ablation", "write_sbatch"]
+
 LOG = "train.log"
-SET_BY_ABLATE = ("output_dir", "run_name", "config")
-FILE_FIELDS, RUN_FIELDS = ("name", "accelerate_config", "tags", "overrides", "runs"), \
-    ("recipe", "config", "overrides", "seeds", "name", "tags")
 
 
-@dataclass
-class Run:
-    """One run of an ablation: what the marker, the plan and the report show."""
-
-    ablation: str
-    name: str
-    recipe: str
-    config: str
-    knobs: dict  # the run's own overrides and seed: what tells it apart
-    overrides: dict  # every flag the recipe gets from the ablation: the file's, then the run's
-    tags: list[str]
-    command: list[str]  # `accelerate launch ...`
-    env: dict[str, str]
-
-
-def _flags(overrides: dict) -> list[str]:
-    flags = []
-    for key, value in overrides.items():
-        values = value if isinstance(value, list) else [value]
-        flags += [f"--{key}", *(json.dumps(v) if isinstance(v, dict) else str(v).lower() if isinstance(v, bool)
-                                else str(v) for v in values)]
-    return flags
-
-
-def _load_parser(recipe: str):
-    spec = importlib.util.spec_from_file_location(f"uturn_recipe_{recipe}", RECIPES / f"{recipe}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.make_parser()
-
-
-def _check_overrides(parser, recipe: str, overrides: dict, where: str) -> None:
-    options = {action.dest for action in parser._actions}
-    for key, value in overrides.items():
-        field = f"{where}: field `overrides.{key}`"
-        if key in SET_BY_ABLATE:
-            raise ValueError(f"{field}: set by uturn ablate for every run; remove it")
-        if key not in options:
-            close = difflib.get_close_matches(key, options, n=1)
-            raise ValueError(f"{field}: not an option of recipes/{recipe}.py"
-                             + (f"; did you mean `{close[0]}`?" if close else ""))
-        if value is None or value == []:
-            raise ValueError(f"{field}: {value!r} cannot be given on the command line; set it in the recipe's YAML")
-    # argparse checks types and choices (`max_steps: ten`, `lr_scheduler_type: cosin`) without building the configs,
-    # which would need the run's hardware (bf16 on a GPU) on the machine that only submits.
-    stderr = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(stderr):
-            argparse.ArgumentParser.parse_args(parser, _flags(overrides))
-    except SystemExit:
-        message = stderr.getvalue().strip().splitlines()[-1].split("error: ", 1)[-1]
-        raise ValueError(f"{where}: field `overrides`: {message}") from None
-
-
-def _yaml_mapping(path: Path, where: str) -> dict:
-    if not path.is_file():
-        raise ValueError(f"{where}: {path} does not exist (paths are relative to {Path.cwd()})")
-    content = yaml.safe_load(path.read_text(encoding="utf-8"))
-    if not isinstance(content, dict):
-        raise ValueError(f"{where}: {path} is not a YAML mapping")  # noqa: TRY004 - the CLI reports ValueError
-    return content
-
-
-def _mapping(value, where: str) -> dict:
-    if not isinstance(value, dict):
-        raise ValueError(f"{where}: expected a mapping of option: value, got {type(value).__name__}")  # noqa: TRY004
-    return value
-
-
-def _tags(value, where: str) -> list[str]:
-    if not (isinstance(value, list) and all(isinstance(t, str) and "," not in t for t in value)):
-        raise ValueError(f"{where}: expected a list of tags (strings without commas)")
-    return value
-
-
-def _run_name(entry: dict, seed: int | None) -> str:
-    """The given `name`, or the recipe and the run's own overrides; `-seed<N>` when the run has `seeds`."""
-    parts = [str(entry["name"])] if entry.get("name") else [entry["recipe"]] + [
-        f"{k}-{'+'.join(map(str, v)) if isinstance(v, list) else v}" for k, v in entry.get("overrides", {}).items()]
-    return re.sub(r"[^A-Za-z0-9._+=-]", "_", "-".join(parts + ([f"seed{seed}"] if seed is not None else [])))
-
-
-def load_ablation(path: str | Path, out: str | Path | None = None) -> tuple[dict, list[Run], Path]:
-    """Read and check an ablation file (see the module docstring).
-
-    Returns:
-        `tuple[dict, list[Run], Path]`: the file's content, its runs (one per seed) and the output folder.
-    """
-    path = Path(path)
-    spec = _yaml_mapping(path, "--config")
-    unknown = sorted(set(spec) - set(FILE_FIELDS))
-    if unknown:
-        raise ValueError(f"{path}: unknown field(s) {unknown}; an ablation file has {list(FILE_FIELDS)}")
-    for key in ("name", "accelerate_config", "runs"):
-        if not spec.get(key):
-            raise ValueError(f"{path}: field `{key}` is missing")
-    name = str(spec["name"])
-    if not re.fullmatch(r"[A-Za-z0-9._-]+", name):
-        raise ValueError(f"{path}: field `name`: {name!r} must be letters, digits, `.`, `_` or `-` (a folder name)")
-    accelerate_config = Path(spec["accelerate_config"])
-    machines = _yaml_mapping(accelerate_config, f"{path}: field `accelerate_config`").get("num_machines", 1)
-    if machines != 1:
-        raise ValueError(f"{path}: field `accelerate_config`: {accelerate_config} spans {machines} machines, but each "
-                         "ablation run runs on one; use a one-node config (multi_gpu.yaml, deepspeed_zero3.yaml)")
-    tags = _tags(spec.get("tags", []), f"{path}: field `tags`")
-    common = _mapping(spec.get("overrides", {}), f"{path}: field `overrides`")
-    if not isinstance(spec["runs"], list):
-        raise ValueError(f"{path}: field `runs`: expected a list of runs")  # noqa: TRY004
-    out = Path(out or Path("outputs") / "ablations" / name)
-    parsers, runs = {}, []
-    for i, entry in enumerate(spec["runs"]):
-        where = f"{path}: runs[{i}]"
-        if not isinstance(entry, dict):
-            raise ValueError(f"{where}: expected a mapping with `recipe` and `config`")  # noqa: TRY004
-        where += f" ({entry.get('name') or entry.get('recipe')})"
-        unknown = sorted(set(entry) - set(RUN_FIELDS))
-        if unknown:
-            raise ValueError(f"{where}: unknown field(s) {unknown}; a run has {list(RUN_FIELDS)}")
-        recipe = entry.get("recipe")
-        available = sorted(p.stem for p in RECIPES.glob("*.py"))
-        if recipe not in available:
-            raise ValueError(f"{where}: field `recipe`: unknown recipe {recipe!r}; {RECIPES} has {available} (the "
-                             "recipes live in a source checkout: install with `pip install -e .` from one)")
-        if not entry.get("config"):
-            raise ValueError(f"{where}: field `config` is missing (the recipe's YAML)")
-        own = _mapping(entry.get("overrides", {}), f"{where}: field `overrides`")
-        seeds = entry.get("seeds")
-        if seeds is not None:
-            if not (isinstance(seeds, list) and seeds and all(isinstance(s, int) for s in seeds)):
-                raise ValueError(f"{where}: field `seeds`: expected a non-empty list of integers")
-            if "seed" in {**common, **own}:
-                raise ValueError(f"{where}: field `seeds`: the overrides set `seed` too; keep one of them")
-        if recipe not in parsers:
-            parsers[recipe] = _load_parser(recipe)
-        parser = parsers[recipe]
-        config = _yaml_mapping(Path(entry["config"]), f"{where}: field `config`")
-        unknown = sorted(set(config) - {a.dest for a in parser._actions} - {"env"})
-        if unknown:
-            raise ValueError(f"{where}: field `config`: {entry['config']} has unknown field(s) {unknown} for {recipe}")
-        _check_overrides(parser, recipe, {**common, **own}, where)
-        run_tags = tags + _tags(entry.get("tags", []), f"{where}: field `tags`")
-        for seed in seeds or [None]:
-            knobs = {**own, **({"seed": seed} if seed is not None else {})}
-            run_name = _run_name(entry, seed)
-            overrides = {**common, **knobs}
-            command = ["accelerate", "launch", "--config_file", str(accelerate_config),
-                       os.path.relpath(RECIPES / f"{recipe}.py"), "--config", str(entry["config"]),
-                       "--output_dir", str(out / run_name), "--run_name", run_name, *_flags(overrides)]
-            env = {"WANDB_RUN_GROUP": name, **({"WANDB_TAGS": ",".join(run_tags)} if run_tags else {})}
-            runs.append(Run(name, run_name, recipe, str(entry["config"]), knobs, overrides, run_tags, command, env))
-    names = [r.name for r in runs]
-    duplicates = sorted({n for n in names if names.count(n) > 1})
-    if duplicates:
-        raise ValueError(f"{path}: runs share the name(s) {duplicates}; give them distinct `name` fields")
-    return spec, runs, out
+def _count(runs: list[Run]) -> str:
+    variants = {r.variant for r in runs}
+    return f"{len(runs)} runs" + (f" ((run, seed) pairs of {len(variants)} runs)" if len(variants) < len(runs) else "")
 
 
 def _shell(run: Run) -> str:
@@ -286,12 +130,13 @@ def launch(run: Run, folder: Path, position: str) -> dict:
 
 
 def run_ablation(spec: dict, runs: list[Run], out: Path, only: str | None = None) -> dict[str, str]:
-    """Run the runs that have not finished yet, one after another; see the module docstring.
+    """Run the runs that have not finished yet, one after another; see the module docstring. `only`: one run's name,
+    or a variant's (all its seeds).
 
     Returns:
         `dict[str, str]`: per run, `done`, `skipped` (finished before) or `failed (exit N)`.
     """
-    selected = [r for r in runs if only in (None, r.name)]
+    selected = [r for r in runs if only in (None, r.name, r.variant)]
     finished = finished_runs(selected, out)
     _write_plan(spec, runs, out)
     statuses = {}
@@ -331,13 +176,13 @@ def run_ablation(spec: dict, runs: list[Run], out: Path, only: str | None = None
 
 
 def write_sbatch(spec: dict, runs: list[Run], out: Path, config: str) -> Path:
-    """An sbatch array script, one task per run, each task `uturn ablate --only <run>` on one node."""
+    """An sbatch array script, one task per (run, seed), each task `uturn ablate --only <run>-seed<N>` on one node."""
     accelerate = yaml.safe_load(Path(spec["accelerate_config"]).read_text(encoding="utf-8"))
     gpus = 0 if accelerate.get("use_cpu") else int(accelerate.get("num_processes", 1))
     script = out / "ablation.sbatch"
     lines = [
         "#!/bin/bash",
-        f"# uturn ablate `{spec['name']}`: {len(runs)} runs, one array task each, from {config}.",
+        f"# uturn ablate `{spec['name']}`: {_count(runs)}, one array task each, from {config}.",
         "# Submit from the repository root; the report follows once every task has ended:",
         f"#   jid=$(sbatch --parsable {script}) && sbatch --dependency=afterany:$jid --wrap 'uturn report {out}'",
         "# A task whose run finished before (its marker) does nothing: resubmitting redoes failed and killed runs.",
@@ -372,21 +217,24 @@ def main(argv: list[str] | None = None) -> None:
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--dry_run", action="store_true", help="print the commands, run nothing")
     mode.add_argument("--slurm", action="store_true", help="write an sbatch array script (one task per run)")
-    parser.add_argument("--only", default=None, metavar="NAME", help="run only this run (what each array task does)")
+    parser.add_argument("--only", default=None, metavar="NAME", help="run only this (run, seed) (what each array "
+                        "task does), or every seed of this run")
     args = parser.parse_args(argv)
     spec, runs, out = load_ablation(args.config, args.out)
-    if args.only is not None and args.only not in [r.name for r in runs]:
+    if args.only is not None and args.only not in {n for r in runs for n in (r.name, r.variant)}:
         raise ValueError(f"--only {args.only}: no such run in {args.config}; runs: {[r.name for r in runs]}")
     if args.dry_run:
-        print(f"# {spec['name']}: {len(runs)} runs -> {out} (W&B group {spec['name']})")
+        print(f"# {spec['name']}: {_count(runs)} -> {out} (W&B group {spec['name']})")
         finished = finished_runs(runs, out)
         for k, run in enumerate(runs, 1):
+            seed = "" if run.seed is None else f" (run {run.variant}, seed {run.seed})"
             done = " (finished before: would be skipped)" if run.name in finished else ""
-            print(f"# [{k}/{len(runs)}] {run.name}{done}\n{_shell(run)}")
+            print(f"# [{k}/{len(runs)}] {run.name}{seed}{done}\n{_shell(run)}")
         return
     if args.slurm:
         script = write_sbatch(spec, runs, out, args.config)
-        print(f"{script}: {len(runs)} array tasks. Submit from this directory, the report after the last task:\n"
+        print(f"{script}: {len(runs)} array tasks, one per (run, seed). Submit from this directory, the report "
+              "after the last task:\n"
               f"  jid=$(sbatch --parsable {script}) && sbatch --dependency=afterany:$jid --wrap 'uturn report {out}'")
         return
     try:

@@ -21,6 +21,7 @@ from .io import write_jsonl
 from .probe.classify import LABELS
 from .probe.history import HISTORY, read_probe_history
 from .probe.settings import prefixed
+from .selection import SelectionRule, keep_best, select_at_end
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +36,11 @@ class ProbeArguments(prefixed("probe_")):
         probe_data (`str`, *optional*): local jsonl path or hub data set name; defaults to the task's hub data set.
         probe_limit (`int`, *optional*, defaults to `64`): prompts per probe; each costs one answer plus
             `1 + probe_samples` user turns per sampled temperature, so this sets the probe's share of wall time.
+        select_metric (`str`, *optional*): end training with the probed checkpoint that maximises this figure (e.g.
+            `grounded_followup_rate_T0`) as the final model, the choice in `selection.json`; see
+            [`~uturn_train.selection`]. Without it, the final model is the last step's.
+        select_max_accuracy_drop (`float`, *optional*): with `select_metric`, only among the checkpoints whose
+            accuracy is at most this much below step 0's.
     """
 
     probe_task: str = field(default="gsm8k", metadata={"help": "gsm8k, ifeval, ifbench, mtbench, oasst or testbed."})
@@ -44,6 +50,10 @@ class ProbeArguments(prefixed("probe_")):
     probe_on_save: bool = field(default=True, metadata={"help": "Probe at every checkpoint save."})
     probe_on_evaluate: bool = field(default=False, metadata={"help": "Probe at every evaluation too."})
     probe_fail_on_error: bool = field(default=False, metadata={"help": "Re-raise an error inside the probe."})
+    select_metric: str | None = field(default=None, metadata={"help": "Final model: the probed checkpoint with the "
+                                      "highest value of this, e.g. grounded_followup_rate_T0 (default: the last)."})
+    select_max_accuracy_drop: float | None = field(default=None, metadata={"help": "With select_metric: only among "
+                                                   "checkpoints at most this far below step 0's accuracy."})
 
 
 def _calling_trainer(callback) -> Trainer:
@@ -90,9 +100,10 @@ class UserTurnProbeCallback(TrainerCallback):
     """Measures greedy and sampled follow-up rates (and accuracy on tasks with gold answers) while training.
 
     Records, at each probed step: scalars `probe/followup_rate/T<t>` and `probe/grounded_rate/T<t>` (+ `ci_low`/
-    `ci_high`), `probe/distinct_followups/T<t>`, `probe/<label>_share/T<t>`, `<task>/accuracy`, `probe/seconds` through
-    the trainer's logging; with an LLM judge (`probe_labeler` `judge` or `both`) also `probe/judge_followup_rate/T<t>`,
-    `probe/judge_grounded_rate/T<t>` and `probe/judge_errors`; a W&B table of samples;
+    `ci_high`), `probe/distinct_followups/T<t>` and `probe/distinct_templates/T<t>`, `probe/<label>_share/T<t>`,
+    `<task>/accuracy`, `probe/seconds` through the trainer's logging; with an LLM judge (`probe_labeler` `judge` or
+    `both`) also `probe/judge_followup_rate/T<t>`, `probe/judge_grounded_rate/T<t>` and `probe/judge_errors`; a W&B
+    table of samples;
     `output_dir/probe_history.jsonl` (one record per step) and `output_dir/probe/step_<N>.jsonl` (the samples).
 
     Either form works:
@@ -117,10 +128,20 @@ class UserTurnProbeCallback(TrainerCallback):
         if not tokenizer.chat_template:
             raise ValueError("UserTurnProbeCallback: the tokenizer has no chat template; the probe needs one")
         self.args, self.tokenizer, self.settings = probe_args, tokenizer, probe_args.settings()
-        self.examples = load_task(probe_args.probe_task, data=probe_args.probe_data, limit=probe_args.probe_limit)
+        self.examples = load_task(probe_args.probe_task, data=probe_args.probe_data, limit=probe_args.probe_limit,
+                                  data_option="--probe_data")
         check_setting(self.settings.setting, self.examples, task=probe_args.probe_task)
         # Every rank checks the judge (all fail alike); only the main process asks it, and broadcasts the verdicts.
         self.judge = make_judge(self.settings)
+        graded = self.settings.setting == "self" and any(ex.gold is not None for ex in self.examples)
+        self.rule = SelectionRule.from_args(probe_args.select_metric, probe_args.select_max_accuracy_drop,
+                                            self.settings.temperatures, graded)
+        if self.rule is not None and not probe_args.probe_on_save:
+            raise ValueError("--select_metric chooses among the checkpoints the probe sees: keep --probe_on_save")
+        if self.rule is not None and self.rule.max_accuracy_drop is not None and not probe_args.probe_at_start:
+            # Without step 0's accuracy no checkpoint could ever be eligible: the rule would silently do nothing.
+            raise ValueError("--select_max_accuracy_drop measures the drop from step 0: keep --probe_at_start true")
+        self.records: list[dict] = []  # this run's probe records, on every rank: what the rule chooses from
         self.trainer = trainer
         self.probed_steps: set[int] = set()
         self.errors = 0
@@ -135,6 +156,10 @@ class UserTurnProbeCallback(TrainerCallback):
         resumed = state.global_step > 0
         records = [r for r in read_probe_history(args.output_dir) if resumed and r["step"] <= state.global_step]
         self.probed_steps.update(r["step"] for r in records)
+        self.records = records
+        if self.rule is not None and args.metric_for_best_model is not None:
+            raise ValueError(f"select_metric ({self.rule.metric}) and metric_for_best_model "
+                             f"({args.metric_for_best_model}) both choose the final checkpoint; keep one")
         if state.is_world_process_zero and (Path(args.output_dir) / HISTORY).exists():
             write_jsonl(Path(args.output_dir) / HISTORY, records)
         if state.global_step == 0 and self.args.probe_at_start:
@@ -147,6 +172,10 @@ class UserTurnProbeCallback(TrainerCallback):
     def on_save(self, args, state, control, **kwargs):
         if self.args.probe_on_save:
             self._probe(args, state)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.rule is not None:  # before the recipe's `save_model`, which then saves the chosen weights
+            select_at_end(self.trainer, args.output_dir, self.records, self.rule)
 
     def on_evaluate(self, args, state, control, **kwargs):
         if self.args.probe_on_evaluate:
@@ -217,8 +246,9 @@ class UserTurnProbeCallback(TrainerCallback):
                     logs[f"probe/grounded_rate/{t}"] = s["grounded_followup_rate"]
                     logs[f"probe/grounded_rate/{t}/ci_low"], logs[f"probe/grounded_rate/{t}/ci_high"] = \
                         s["grounded_ci95"]
-                if s.get("distinct_followups") is not None:
-                    logs[f"probe/distinct_followups/{t}"] = s["distinct_followups"]
+                for share in ("distinct_followups", "distinct_templates"):
+                    if s.get(share) is not None:
+                        logs[f"probe/{share}/{t}"] = s[share]
                 for label in LABELS:
                     logs[f"probe/{label}_share/{t}"] = s["categories"][label]
                 judged = s if a.probe_labeler == "judge" else s.get("judge")
@@ -230,6 +260,9 @@ class UserTurnProbeCallback(TrainerCallback):
                 logs["probe/judge_errors"] = float(summary["judge"]["errors"])
         # The base class's log: TRL's SFT/DPO `log` overrides would flush their running training metrics into it.
         Trainer.log(self.trainer, logs)
+        self.records.append(record)
+        if self.rule is not None:
+            keep_best(state, args.output_dir, self.records, self.rule)
         if not state.is_world_process_zero:
             return
         out = Path(args.output_dir)

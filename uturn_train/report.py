@@ -9,14 +9,24 @@ exit code, wall time). Writes to `--out` (default: the one DIR given):
 
 - `report.md`: per run, step 0, the last and the best checkpoint (the highest greedy grounded follow-up rate, or
   follow-up rate when the probe has no grounded one, among checkpoints within `--max_accuracy_drop` of step 0's
-  accuracy) with accuracy, greedy and T=1.0 rates and Wilson 95% intervals; the mining cards; paired comparisons.
+  accuracy; the one in `selection.json` for a run whose recipe chose its final checkpoint by a rule) with accuracy,
+  greedy and T=1.0 rates and Wilson 95% intervals; the mining cards; paired comparisons.
 - `report.json`: the same numbers, and every checkpoint of every run.
-- `pareto.png`: accuracy against the greedy grounded (or follow-up) rate, each run a trajectory over its checkpoints,
-  step 0 marked with a star, the Pareto front of all checkpoints dashed.
+- `pareto.png`: accuracy against the greedy grounded (or follow-up) rate, each run a trajectory over its checkpoints
+  (the mean over its seeds), step 0 marked with a star, the Pareto front of all checkpoints dashed.
 
-Paired comparisons (each run's last checkpoint against its step 0, and every two runs' last checkpoints) use only the
-prompts both were probed on: the rate difference with a bootstrap 95% interval over prompts
-([`~uturn_train.stats.paired_bootstrap`]) and McNemar's exact test for accuracy.
+Across seeds ([`~uturn_train.report_seeds`]): the run folders of one ablation run on several seeds are pooled; per
+run, every metric's mean over seeds, per-seed values and a two-level bootstrap interval (seeds, then prompts); between
+runs, the difference of means with that interval and with a t-interval over the seeds' values (paired when both runs
+hold the same seeds, Welch's otherwise), the seeds of B that beat A and the probability of improvement, starred only
+when both intervals exclude 0 and both runs have two seeds or more (a bootstrap over two or three seeds alone is far
+too narrow); an A/A check on halves of each run's seeds, which can flag nothing for a run of fewer than four seeds (a
+half of one seed is never starred). The Pareto plot shows each run's mean over seeds with error bars of one sd.
+
+Paired comparisons at prompt level (each run folder's last checkpoint against its step 0, and every two folders of the
+same seed at their last checkpoints) use only the prompts both were probed on: the rate difference with a bootstrap 95%
+interval over prompts ([`~uturn_train.stats.paired_bootstrap`]) and McNemar's exact test for accuracy. They see
+prompt noise only: one training run per side.
 """
 
 import argparse
@@ -26,9 +36,13 @@ import os
 from itertools import combinations
 from pathlib import Path
 
+import numpy as np
+
 from .io import atomic_open, read_jsonl, write_json
 from .probe.history import HISTORY
-from .report_md import FOLLOWUP, GROUNDED, checkpoint_rows, comparison_rows, render_markdown
+from .report_md import FOLLOWUP, GROUNDED, checkpoint_rows, comparison_rows, render_markdown, seed_rows
+from .report_seeds import cross_seed_report, group_seeds, spread, variant_of
+from .selection import SELECTION
 from .stats import BOOTSTRAP_RESAMPLES, paired_accuracy, paired_bootstrap
 
 logger = logging.getLogger(__name__)
@@ -63,7 +77,7 @@ def _setting(record: dict, temperature: float) -> dict | None:
 
 
 def _checkpoint(record: dict) -> dict:
-    keys = (FOLLOWUP, "ci95", GROUNDED, "grounded_ci95", "distinct_followups", "n")
+    keys = (FOLLOWUP, "ci95", GROUNDED, "grounded_ci95", "distinct_followups", "distinct_templates", "n")
     return {"step": record["step"], "accuracy": record["accuracy"],
             "settings": {f"{s['temperature']:g}": {k: s.get(k) for k in keys} for s in record["settings"]}}
 
@@ -83,16 +97,22 @@ def load_run(path: Path) -> dict:
     else:
         status = "incomplete (no marker)" if planned else "-"
     card = _read_json(path / CARD)
+    selection = _read_json(path / SELECTION)  # the recipe's own choice of its final checkpoint (`select_metric`)
     mining = None
     if card is not None:
         # Scalars and the two summaries people read; label breakdowns and settings stay in the card.
         mining = {k: v for k, v in card.items() if isinstance(v, (int, float, str)) and k != "model"}
         mining.update(kind=card.get("kind"), policy={k: v for k, v in (card.get("policy") or {}).items()
                                                     if isinstance(v, (int, float)) or v is None})
+    variant, seed = variant_of(path.name, info)
+    knobs = info.get("knobs")
+    if isinstance(knobs, dict):  # the seed has its own field
+        knobs = {k: v for k, v in knobs.items() if k != "seed"}
     return {"name": path.name, "dir": str(path), "recipe": info.get("recipe"), "config": info.get("config"),
-            "knobs": info.get("knobs"), "status": status, "exit_code": (marker or {}).get("exit_code"),
-            "wall_seconds": (marker or {}).get("wall_seconds"), "probe_errors": len(records) - len(ok),
-            "mining": mining, "ablation": info.get("ablation"), "records": ok}
+            "knobs": knobs, "variant": variant, "seed": seed, "status": status,
+            "exit_code": (marker or {}).get("exit_code"), "wall_seconds": (marker or {}).get("wall_seconds"),
+            "probe_errors": len(records) - len(ok), "mining": mining, "ablation": info.get("ablation"),
+            "selection": None if selection is None else {k: selection.get(k) for k in ("step", "rule")}, "records": ok}
 
 
 def _rate(record: dict, temperature: float, metric: str) -> float | None:
@@ -176,8 +196,10 @@ def pareto_front(points: list[tuple[float, float]]) -> list[int]:
     return sorted(front, key=lambda i: points[i][0])
 
 
-def plot_pareto(runs: list[dict], path: Path, metric: str, temperature: float) -> list[dict]:
-    """`pareto.png` (see the module docstring); returns the front's checkpoints."""
+def plot_pareto(variants: list[dict], path: Path, metric: str, temperature: float) -> list[dict]:
+    """`pareto.png` (see the module docstring): per run (a variant of [`~uturn_train.report_seeds.group_seeds`]),
+    its mean over seeds at every step all its seeds were probed at, with error bars of one sd over seeds and each
+    seed's point faint; returns the front of the means."""
     import matplotlib
 
     matplotlib.use("Agg")  # no display on training nodes
@@ -185,12 +207,20 @@ def plot_pareto(runs: list[dict], path: Path, metric: str, temperature: float) -
 
     fig, ax = plt.subplots(figsize=(7, 5), dpi=120)
     points, owners = [], []
-    for run in runs:
-        traj = [(_rate(r, temperature, metric), r["accuracy"], r["step"]) for r in run["records"]]
-        traj = [p for p in traj if p[0] is not None and p[1] is not None]
-        if not traj:
+    for variant in variants:
+        steps = spread(variant["runs"], temperature, metric)
+        if not steps:
             continue
-        line, = ax.plot([p[0] for p in traj], [p[1] for p in traj], marker="o", alpha=0.8, label=run["name"])
+        traj = [(float(np.mean(xs)), float(np.mean(ys)), step) for step, xs, ys in steps]
+        n_seeds = len(variant["runs"])
+        label = variant["name"] + (f" ({n_seeds} seeds)" if n_seeds > 1 else "")
+        line, = ax.plot([p[0] for p in traj], [p[1] for p in traj], marker="o", alpha=0.8, label=label)
+        if n_seeds > 1:
+            ax.errorbar([p[0] for p in traj], [p[1] for p in traj], xerr=[np.std(xs, ddof=1) for _, xs, _ in steps],
+                        yerr=[np.std(ys, ddof=1) for _, _, ys in steps], fmt="none", ecolor=line.get_color(),
+                        alpha=0.5, capsize=2)
+            ax.scatter([x for _, xs, _ in steps for x in xs], [y for _, _, ys in steps for y in ys], s=8,
+                       color=line.get_color(), alpha=0.25)
         for x, y, step in traj[1:]:
             ax.annotate(str(step), (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7,
                         color=line.get_color())
@@ -198,14 +228,14 @@ def plot_pareto(runs: list[dict], path: Path, metric: str, temperature: float) -
             ax.scatter(*traj[0][:2], marker="*", s=180, color="black", zorder=5,
                        label="step 0" if not any(o[1] == 0 for o in owners) else None)
         points += [p[:2] for p in traj]
-        owners += [(run["name"], p[2]) for p in traj]
+        owners += [(variant["name"], p[2]) for p in traj]
     front = pareto_front(points)
     ax.plot([points[i][0] for i in front], [points[i][1] for i in front], drawstyle="steps-pre", linestyle="--",
             color="grey", label="Pareto front")
     name = "grounded follow-up rate" if metric == GROUNDED else "follow-up rate"
     ax.set_xlabel(f"{'greedy' if temperature == 0 else f'T={temperature:g}'} {name}")
     ax.set_ylabel("accuracy (greedy answers)")
-    ax.set_title("Follow-up vs accuracy per checkpoint (numbers: training step)")
+    ax.set_title("Follow-up vs accuracy per checkpoint, mean over seeds ± sd (numbers: training step)", fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="best")
     fig.tight_layout()
@@ -227,22 +257,27 @@ def build_report(runs: list[dict], max_accuracy_drop: float = 0.05, seed: int = 
     metric = GROUNDED if all(GROUNDED in s for rec in all_records for s in rec["settings"]) else FOLLOWUP
     x_temperature = temperatures[0]  # greedy when probed (0 sorts first)
     for run in runs:
-        picked = pick_checkpoints(run["records"], metric, x_temperature, max_accuracy_drop)
-        run["checkpoints"] = {k: None if r is None else _checkpoint(r) for k, r in picked.items()}
+        run["picked"] = pick_checkpoints(run["records"], metric, x_temperature, max_accuracy_drop)
+        chosen = (run["selection"] or {}).get("step")
+        if chosen is not None:  # the run's final adapter is the checkpoint its own rule chose: that one is its best
+            run["picked"]["best"] = next((r for r in run["records"] if r["step"] == chosen), run["picked"]["best"])
+        run["checkpoints"] = {k: None if r is None else _checkpoint(r) for k, r in run["picked"].items()}
     comparisons = [compare(run, run["checkpoints"]["step0"]["step"], run, run["checkpoints"]["last"]["step"],
                            temperatures, seed=seed)
                    for run in runs if run["checkpoints"]["step0"] and run["checkpoints"]["last"]["step"] != 0]
+    # Prompt-level, between runs of the same seed (all runs, without seeds): across seeds, see `seed_comparisons`.
     comparisons += [compare(a, a["checkpoints"]["last"]["step"], b, b["checkpoints"]["last"]["step"], temperatures,
-                            seed=seed) for a, b in combinations(runs, 2)]
+                            seed=seed) for a, b in combinations(runs, 2) if a["seed"] == b["seed"]]
+    across = cross_seed_report(runs, metric, temperatures, seed=seed)
     ablations = {Path(run["dir"]).parent for run in runs}
     missing = [{"name": r["name"], "exit_code": (_read_json(d / r["name"] / MARKER) or {}).get("exit_code")}
                for d in ablations for r in (_read_json(d / PLAN) or {}).get("runs", [])
                if not (d / r["name"] / HISTORY).exists()]
     return {"metric": metric, "temperatures": temperatures, "x_temperature": x_temperature,
             "max_accuracy_drop": max_accuracy_drop, "bootstrap": {"resamples": BOOTSTRAP_RESAMPLES, "seed": seed},
-            "runs": [{**{k: v for k, v in run.items() if k != "records"},
+            "runs": [{**{k: v for k, v in run.items() if k not in ("records", "picked")},
                       "trajectory": [_checkpoint(r) for r in run["records"]]} for run in runs],
-            "comparisons": comparisons, "missing_runs": missing, "pareto_front": None}
+            "comparisons": comparisons, **across, "missing_runs": missing, "pareto_front": None}
 
 
 def write_report(dirs: list[str | Path], out: str | Path, max_accuracy_drop: float = 0.05, seed: int = 0,
@@ -266,7 +301,8 @@ def write_report(dirs: list[str | Path], out: str | Path, max_accuracy_drop: flo
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     if any(r["accuracy"] is not None for run in runs for r in run["records"]):
-        report["pareto_front"] = plot_pareto(runs, out / "pareto.png", report["metric"], report["x_temperature"])
+        report["pareto_front"] = plot_pareto(group_seeds(runs), out / "pareto.png", report["metric"],
+                                             report["x_temperature"])
     with atomic_open(out / "report.md") as f:
         f.write(render_markdown(report))
     write_json(out / "report.json", report)
@@ -290,7 +326,8 @@ def log_to_wandb(report: dict, out: Path) -> None:
                    name=f"report-{group}" if group else "report")
     logs = {name: wandb.Table(columns=list(rows[0]), data=[list(r.values()) for r in rows])
             for name, rows in (("report/checkpoints", checkpoint_rows(report)),
-                               ("report/comparisons", comparison_rows(report))) if rows}
+                               ("report/comparisons", comparison_rows(report)),
+                               ("report/seeds", seed_rows(report))) if rows}
     if (out / "pareto.png").exists() and report["pareto_front"] is not None:
         logs["report/pareto"] = wandb.Image(str(out / "pareto.png"))
     wandb.log(logs)

@@ -1,6 +1,8 @@
 """The report of [`~uturn_train.report.build_report`] as table rows (for W&B) and as markdown (`report.md`)."""
 
 GROUNDED, FOLLOWUP = "grounded_followup_rate", "followup_rate"
+ONE_SEED = "1 seed: training variance unknown"
+SHARES = ("distinct_followups", "distinct_templates")  # shares of a checkpoint's follow-ups: no per-prompt value
 _CHECKPOINT_NAMES = {"step0": "step 0", "best": "best", "last": "last"}
 
 
@@ -21,7 +23,7 @@ def _has(report: dict, key: str) -> bool:
 
 def checkpoint_rows(report: dict) -> list[dict]:
     """One row per run and checkpoint (step 0, best, last; one row when two are the same step), raw numbers."""
-    grounded, distinct = _has(report, GROUNDED), _has(report, "distinct_followups")
+    grounded, shares = _has(report, GROUNDED), [k for k in SHARES if _has(report, k)]
     rows = []
     for run in report["runs"]:
         kinds: dict[int, list[str]] = {}
@@ -42,8 +44,8 @@ def checkpoint_rows(report: dict) -> list[dict]:
                     ci95 = s.get(ci) or [None, None]
                     row.update({f"{name} {_temperature(t)}": s.get(key), f"{name} {_temperature(t)} ci_low": ci95[0],
                                 f"{name} {_temperature(t)} ci_high": ci95[1]})
-                if distinct:
-                    row[f"distinct {_temperature(t)}"] = s.get("distinct_followups")
+                for key in shares:
+                    row[f"{'distinct' if key == 'distinct_followups' else 'templates'} {_temperature(t)}"] = s.get(key)
             rows.append(row)
     return rows
 
@@ -67,6 +69,36 @@ def comparison_rows(report: dict) -> list[dict]:
     return rows
 
 
+def metrics_of(metric: str, temperatures: list[float]) -> list[tuple[str, float | None]]:
+    """(metric, temperature) pairs of the tables across seeds: accuracy, then per temperature the rates and shares."""
+    rates = [FOLLOWUP] + ([GROUNDED] if metric == GROUNDED else [])
+    return [("accuracy", None)] + [(m, t) for t in temperatures for m in (*rates, *SHARES)]
+
+
+def _metric_name(metric: str, temperature: float | None) -> str:
+    if metric == "accuracy":
+        return "accuracy"
+    short = {FOLLOWUP: "follow-up", GROUNDED: "grounded", "distinct_followups": "distinct",
+             "distinct_templates": "templates"}[metric]
+    return f"{_temperature(temperature)} {short}"
+
+
+def seed_rows(report: dict) -> list[dict]:
+    """One row per comparison across seeds and metric (W&B's `report/seeds`), raw numbers."""
+    rows = []
+    for c in report.get("seed_comparisons", []):
+        ci, prompts, seeds = (c[k] or [None, None] for k in ("ci95", "ci95_prompts", "ci95_seeds"))
+        rows.append({"a": c["a"]["run"], "checkpoint_a": c["a"]["checkpoint"], "b": c["b"]["run"],
+                     "checkpoint_b": c["b"]["checkpoint"], "metric": _metric_name(c["metric"], c["temperature"]),
+                     "seeds_a": c["n_seeds"][0], "seeds_b": c["n_seeds"][1], "mean_a": c["mean_a"],
+                     "mean_b": c["mean_b"], "difference": c["difference"], "ci_low": ci[0], "ci_high": ci[1],
+                     "prompts_ci_low": prompts[0], "prompts_ci_high": prompts[1],
+                     "seeds_ci_low": seeds[0], "seeds_ci_high": seeds[1], "seed_test": c["seed_test"],
+                     "seeds_b_beating": c["seeds_beating"][0], "probability_of_improvement":
+                     c["probability_of_improvement"], "significant": c["significant"]})
+    return rows
+
+
 def _num(x, digits: int = 3) -> str:
     return "-" if x is None else f"{x:.{digits}f}"
 
@@ -79,6 +111,93 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header), *("| " + " | ".join(r) + " |" for r in rows)]
 
 
+def _interval(ci, digits: int = 2, sign: str = "") -> str:
+    return "-" if ci is None else f"[{ci[0]:{sign}.{digits}f}, {ci[1]:{sign}.{digits}f}]"
+
+
+def _t_interval(c: dict) -> str:
+    """The seed-level t-interval, `p` (paired) or `w` (Welch) and its degrees of freedom."""
+    if c["ci95_seeds"] is None:
+        return "-"
+    return f"{_interval(c['ci95_seeds'], sign='+')} {c['seed_test'][0]}, df {c['seed_df']}"
+
+
+def _seed_cell(m: dict) -> str:
+    """`mean [low, high] (seed values)`: the interval when there is one, the values when there are several seeds."""
+    values = ", ".join(f"{x['value']:.2f}" for x in m["per_seed"])
+    return f"{m['mean']:.3f}" + (f" {_interval(m['ci95'])}" if m["ci95"] else "") + \
+        (f" ({values})" if len(m["per_seed"]) > 1 else "")
+
+
+def _seed_sections(report: dict) -> list[str]:
+    """The runs across seeds, their differences and the A/A check (see [`~uturn_train.report_seeds`])."""
+    boot = report["bootstrap"]
+    lines = ["## Runs across seeds", "",
+             ("Per run, each checkpoint (picked per seed) with the mean over seeds, the 95% interval of a two-level "
+              f"bootstrap (seeds, then prompts; {boot['resamples']} resamples, seed {boot['seed']}) and the seeds' "
+              "own values in parentheses. Distinct shares have no per-prompt value: mean and seeds only."), ""]
+    variants = report["variants"]
+    present = {(m["metric"], m["temperature"]) for v in variants for c in v["checkpoints"].values() if c
+               for m in c["metrics"]}
+    names = [_metric_name(*m) for m in metrics_of(report["metric"], report["temperatures"]) if m in present]
+    body = []
+    for v in variants:
+        label = f"{v['name']}" + (f" ({v['note']})" if v["note"] else "")
+        seeds = ", ".join("-" if s is None else str(s) for s in v["seeds"])
+        for kind in ("step0", "best", "last"):
+            c = v["checkpoints"][kind]
+            if c is None:
+                continue
+            steps = ", ".join(str(st["step"]) for st in c["steps"])
+            cells = {_metric_name(m["metric"], m["temperature"]): _seed_cell(m) for m in c["metrics"]}
+            body.append([label, seeds, _CHECKPOINT_NAMES[kind], steps, *[cells.get(n, "-") for n in names]])
+    lines += _table(["run", "seeds", "checkpoint", "steps", *names], body) + [""]
+
+    lines += ["## Differences across seeds", "",
+              ("B against A: the difference of their means over seeds with the two-level interval (seeds of each "
+               "side resampled, then the prompts, the same prompts for both sides), and beside it the interval with "
+               "the seeds fixed (prompts only: what a prompt-level test sees). *seeds (t)*: the 95% t-interval over "
+               "the seeds' values, paired (`p`) when both sides hold the same seeds, Welch's (`w`, degrees of freedom "
+               "rounded down) otherwise; a bootstrap over two or three seeds is far too narrow on its own, the "
+               "t-interval accounts for so few. *seeds of B beating A*: each seed of B against A's run of the same "
+               "seed, or A's mean when A has no such seed. *P(B > A)*: the probability that a seed of B beats a seed "
+               "of A (ties 1/2). `*`: both the two-level interval and the t-interval exclude 0, with two seeds or "
+               f"more on each side; a run with one seed is never starred ({'`'}1 seed: training variance unknown`)."),
+              ""]
+    body = [[f"{c['a']['run']} @ {_CHECKPOINT_NAMES[c['a']['checkpoint']]}",
+             f"{c['b']['run']} @ {_CHECKPOINT_NAMES[c['b']['checkpoint']]}",
+             _metric_name(c["metric"], c["temperature"]), f"{c['n_seeds'][0]} / {c['n_seeds'][1]}",
+             _num(c["mean_a"]), _num(c["mean_b"]),
+             f"{c['difference']:+.3f} {_interval(c['ci95'], sign='+')}" + (" *" if c["significant"] else ""),
+             _interval(c["ci95_prompts"], sign="+"), _t_interval(c), f"{c['seeds_beating'][0]}/{c['seeds_beating'][1]}",
+             f"{c['probability_of_improvement']:.2f}", c["note"] or ""] for c in report["seed_comparisons"]]
+    lines += (_table(["A", "B", "metric", "seeds", "A", "B", "B - A", "prompts only", "seeds (t)",
+                      "seeds of B beating A", "P(B > A)", "note"], body) if body else ["(none)"]) + [""]
+
+    aa = report["aa_check"]
+    lines += ["## A/A check", ""]
+    if not aa:
+        return lines + ["No run has two seeds or more: no A/A check.", ""]
+    called = sum(c["significant"] for c in aa)
+    lines += [(f"Each run with two seeds or more, its seeds split in two halves, compared at the last checkpoint as "
+               f"above: the halves are the same training, so a sound test calls none of them different. Called "
+               f"different: {called} of {len(aa)}; two-level interval excluding 0: "
+               f"{sum(c['excludes_zero'] for c in aa)} of {len(aa)}; t-interval excluding 0: "
+               f"{sum(c['t_excludes_zero'] for c in aa)} of {len(aa)}."), ""]
+    blind = list(dict.fromkeys(c["variant"] for c in aa if min(c["n_seeds"]) == 1))
+    if blind:
+        lines += [(f"{', '.join(blind)}: fewer than 4 seeds, so a half has one seed and is never starred: the check "
+                   f"cannot flag anything for {'them' if len(blind) > 1 else 'it'}; 4 seeds or more make it "
+                   "informative."), ""]
+    body = [[c["a"]["run"], c["b"]["run"], _metric_name(c["metric"], c["temperature"]),
+             f"{c['difference']:+.3f} {_interval(c['ci95'], sign='+')}", _interval(c["ci95_prompts"], sign="+"),
+             _t_interval(c), "yes" if c["significant"] else "no",
+             (c["note"] + ": the check cannot flag this") if min(c["n_seeds"]) == 1 else (c["note"] or "")]
+            for c in aa]
+    return lines + _table(["half A", "half B", "metric", "B - A", "prompts only", "seeds (t)", "called different",
+                           "note"], body) + [""]
+
+
 def render_markdown(report: dict) -> str:
     """`report.md`: the checkpoint table, the plot, the mining cards and the paired comparisons."""
     metric_name = "grounded follow-up rate" if report["metric"] == GROUNDED else "follow-up rate"
@@ -89,14 +208,21 @@ def render_markdown(report: dict) -> str:
         lines += [("The grounded follow-up rate is not available in these probe histories (probed before the "
                    "grounded decision existed, or by a probe without it): the follow-up rate stands in for it in the "
                    "best checkpoint and the plot."), ""]
+    if any(len(v["seeds"]) > 1 for v in report["variants"]):
+        lines += _seed_sections(report)
+    else:
+        lines += [f"Every run here has one seed ({ONE_SEED}): the comparisons below see prompt noise only. Several "
+                  "seeds per run (`seeds` in the ablation file) give the differences across seeds.", ""]
     lines += ["## Checkpoints", "",
               (f"Rates are shares of all user turns with Wilson 95% intervals; accuracy is of the greedy answers. "
                f"*best*: the highest {x_name} among the checkpoints within {report['max_accuracy_drop']:g} accuracy "
-               "of step 0."), ""]
+               "of step 0, or the checkpoint a run's own rule chose as its final one (`selection.json`). *distinct*: "
+               "distinct texts over the follow-ups; *templates*: distinct forms, numbers and the answer's own words "
+               "masked (\"How did you get 24 apples?\" and \"How did you get 7 pages?\" are one)."), ""]
     rows = checkpoint_rows(report)
     rate_columns = [k for k in (rows[0] if rows else {}) if k.startswith(("follow-up", "grounded"))
                     and not k.endswith(("ci_low", "ci_high"))]
-    distinct_columns = [k for k in (rows[0] if rows else {}) if k.startswith("distinct")]
+    distinct_columns = [k for k in (rows[0] if rows else {}) if k.startswith(("distinct", "templates"))]
     header = ["run", "objective", "knobs", "status", "wall", "checkpoint", "step", "accuracy", *rate_columns,
               *[f"{k} (share of follow-ups)" for k in distinct_columns]]
     lines += _table(header, [
@@ -122,13 +248,19 @@ def render_markdown(report: dict) -> str:
             lines.append(f"- **{run['name']}**: " + "; ".join(parts))
         lines.append("")
 
+    # Runs with several seeds: their per-seed prompt-level comparisons stay in report.json; the differences across
+    # seeds above are the ones that include training variance.
+    one_seed = {r for v in report["variants"] if len(v["seeds"]) == 1 for r in v["runs"]}
+    several = len(one_seed) < len(report["runs"])
     lines += ["## Paired comparisons", "",
-              ("B against A on the prompts both were probed on. Rates: the difference with a bootstrap 95% interval "
-               f"(prompts resampled, {report['bootstrap']['resamples']} resamples, "
-               f"seed {report['bootstrap']['seed']})."
+              ("B against A on the prompts both were probed on, one training run each: prompt noise only. Rates: the "
+               f"difference with a bootstrap 95% interval (prompts resampled, {report['bootstrap']['resamples']} "
+               f"resamples, seed {report['bootstrap']['seed']})."
                " Accuracy: McNemar's exact test on the prompts only one of the two answers correctly. "
-               "`*`: the interval excludes 0, or p < 0.05."), ""]
-    comparisons = comparison_rows(report)
+               "`*`: the interval excludes 0, or p < 0.05."
+               + (" Runs with several seeds: see the differences across seeds above; their per-seed comparisons "
+                  "are in report.json (`comparisons`)." if several else "")), ""]
+    comparisons = [r for r in comparison_rows(report) if r["a"] in one_seed and r["b"] in one_seed]
     body = []
     for r in comparisons:
         if r["metric"] == "accuracy":

@@ -28,7 +28,7 @@ def report_probe_history(output_dir: str | Path, title: str = "") -> list[dict]:
         return records
     temperatures = [s["temperature"] for s in next((r for r in records if r["settings"]), records[0])["settings"]]
     table = Table(title=f"User-turn probe per checkpoint{' · ' + title if title else ''}")
-    columns = [f"{kind} T={t:g}" for t in temperatures for kind in ("follow-up", "grounded", "distinct")]
+    columns = [f"{kind} T={t:g}" for t in temperatures for kind in ("follow-up", "grounded", "distinct", "templates")]
     for col in ["step", "accuracy", *columns, "seconds", "error"]:
         table.add_column(col, justify="right")
     for r in records:
@@ -36,10 +36,10 @@ def report_probe_history(output_dir: str | Path, title: str = "") -> list[dict]:
         cells = []
         for t in temperatures:
             s = by_t.get(t, {})
-            distinct = s.get("distinct_followups")
             cells += [rate_with_ci(s.get("followup_rate"), s.get("ci95")),
                       rate_with_ci(s.get("grounded_followup_rate"), s.get("grounded_ci95")),
-                      "-" if distinct is None else f"{distinct:.2f}"]
+                      *["-" if s.get(k) is None else f"{s[k]:.2f}" for k in ("distinct_followups",
+                                                                          "distinct_templates")]]
         table.add_row(str(r["step"]), "-" if r["accuracy"] is None else f"{r['accuracy']:.3f}", *cells,
                       f"{r['seconds']:.0f}", r["error"] or "")
     Console().print(table)

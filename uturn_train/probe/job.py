@@ -21,7 +21,8 @@ class ProbeScriptArguments:
     """What `uturn probe` and `eval/probe.py` probe and where they write; how is [`ProbeSettings`].
 
     Args:
-        model (`str`): hub id or local path of a chat model; `testbed` = the project's tiny Qwen3.5 (built if missing).
+        model (`str`): hub id or local path of a chat model; `testbed` = the project's tiny Qwen3.5 (built if missing),
+            `smollm2-135m-instruct` = SmolLM2-135M-Instruct (fetched if missing), or a `.gguf` file (see `zoo.py`).
         task (`str`, *optional*, defaults to `"gsm8k"`): gsm8k, ifeval, ifbench, mtbench, oasst or testbed.
         data (`str`, *optional*): local jsonl file or hub data set name; defaults to the task's hub data set.
         backend (`str`, *optional*, defaults to `"hf"`): `hf` generates here with transformers; `server` sends the
@@ -33,7 +34,8 @@ class ProbeScriptArguments:
         server_api_key_env (`str`, *optional*): the environment variable holding the server's key, if it wants one.
     """
 
-    model: str = field(default="testbed", metadata={"help": "Hub id or local path; `testbed` = the tiny built-in one."})
+    model: str = field(default="testbed", metadata={"help": "Hub id, local path or .gguf file; `testbed` = the tiny "
+                                                    "built-in one; `smollm2-135m-instruct` (fetched once)."})
     task: str = field(default="gsm8k", metadata={"help": "gsm8k, ifeval, ifbench, mtbench, oasst or testbed."})
     data: str | None = field(default=None, metadata={"help": "Local jsonl path or hub data set name."})
     limit: int | None = field(default=None, metadata={"help": "Probe the first N prompts only."})
@@ -69,7 +71,7 @@ def print_table(result: dict) -> None:
              "new_topic": "new", "empty": "empty", "degenerate": "degen"}
     table = Table(title=f"{result.get('model', '')} · {result.get('task', '')} · {result['setting']} · "
                         f"{result['n_prompts']} prompts")
-    for col in ["T", "k", "n", "errors", "follow-up [95% CI]", "grounded [95% CI]", "distinct",
+    for col in ["T", "k", "n", "errors", "follow-up [95% CI]", "grounded [95% CI]", "distinct", "templates",
                 *[short[label] for label in LABELS]]:
         table.add_column(col, justify="right")
     labeler = result.get("labeler", "rules")
@@ -82,7 +84,8 @@ def print_table(result: dict) -> None:
             table.add_row(f"{s['temperature']:g}{tag}", str(s["samples"]), str(s["n"]), str(s["errors"]),
                           rate_with_ci(s["followup_rate"], s["ci95"]),
                           rate_with_ci(s.get("grounded_followup_rate"), s.get("grounded_ci95")),
-                          "-" if s.get("distinct_followups") is None else f"{s['distinct_followups']:.2f}",
+                          *["-" if s.get(k) is None else f"{s[k]:.2f}" for k in ("distinct_followups",
+                                                                                  "distinct_templates")],
                           *[f"{s['categories'][label]:.2f}" for label in LABELS])
     console = Console()
     if result["settings"]:

@@ -87,4 +87,4 @@ def judge_summary(rows: list[dict], temperature: float, samples: int) -> dict:
     """The nested `judge` entry of one temperature (`labeler="both"`): the judge's rates, its errors counted apart."""
     return summarize_setting(temperature, samples, [r["judge_label"] for r in rows],
                              grounded=[r["judge_label"] == "followup" and r["judge_grounded"] for r in rows],
-                             turns=[r["user_turn"] for r in rows])
+                             turns=[r["user_turn"] for r in rows], answers=[r["answer"] for r in rows])

@@ -1,10 +1,15 @@
 """Follow-up and grounded follow-up rates with Wilson intervals, per decoding setting and across temperatures."""
 
 import math
+import re
 from collections import Counter
 
 from .classify import LABELS
+from .cues import GENERIC, STOPWORDS
 from .grounding import normalize_turn
+
+_NUMBER = re.compile(r"\$?\d[\d,]*(?:\.\d+)?")
+_FUNCTION = STOPWORDS | set(GENERIC)  # kept in a template: "how did you get" is its form, not its content
 
 
 def wilson_interval(successes: int, n: int, z: float = 1.959964) -> tuple[float, float]:
@@ -21,8 +26,19 @@ def wilson_interval(successes: int, n: int, z: float = 1.959964) -> tuple[float,
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
+def followup_template(turn: str, answer: str) -> str:
+    """The form of a user turn: its numbers and the answer's own content words masked, then normalised as
+    [`~uturn_train.probe.grounding.normalize_turn`] does. "How did you get 24 apples?" after an answer about apples
+    and "How did you get 7 pages?" after one about pages are one template, `how did you get <n> <w>`; a plural matches
+    its singular ("apples" after "apple")."""
+    own = {w.rstrip("s") for w in normalize_turn(_NUMBER.sub(" ", answer or "")).split() if w not in _FUNCTION}
+    words = normalize_turn(_NUMBER.sub(" 0 ", turn)).split()  # masked before `normalize_turn` splits "2.5" in two
+    return " ".join("<n>" if w == "0" else "<w>" if w not in _FUNCTION and w.rstrip("s") in own else w for w in words)
+
+
 def summarize_setting(temperature: float, samples: int, labels: list[str | None],
-                      grounded: list[bool | None] | None = None, turns: list[str] | None = None) -> dict:
+                      grounded: list[bool | None] | None = None, turns: list[str] | None = None,
+                      answers: list[str] | None = None) -> dict:
     """One entry of `results.json`'s `settings`: every labelled sample counts in `n`, empty and degenerate ones
     included; error rows (label `None`: a request that failed for good, or a turn the judge gave no label) are counted
     in `errors` and left out of every rate.
@@ -34,12 +50,16 @@ def summarize_setting(temperature: float, samples: int, labels: list[str | None]
         turns (`list[str]`, *optional*): the turns' texts; gives `distinct_followups`, the distinct normalised follow-up
             texts over the follow-ups (None without follow-ups): 1.0 when every follow-up is its own, near 0 when one
             memorised question makes them all.
+        answers (`list[str]`, *optional*): with `turns`, the answer each turn reacts to; gives `distinct_templates`,
+            the distinct [`followup_template`]s over the follow-ups: "How did you get <number> <unit>?" asked of
+            every answer is many distinct texts but one template.
     """
     kept = [i for i, label in enumerate(labels) if label is not None]
     errors = len(labels) - len(kept)
     labels = [labels[i] for i in kept]
     grounded = None if grounded is None else [grounded[i] for i in kept]
     turns = None if turns is None else [turns[i] for i in kept]
+    answers = None if answers is None else [answers[i] for i in kept]
     n = len(labels)
     counts = Counter(labels)
     unknown = set(counts) - set(LABELS)
@@ -63,6 +83,9 @@ def summarize_setting(temperature: float, samples: int, labels: list[str | None]
     if turns is not None:
         texts = [normalize_turn(t) for t, label in zip(turns, labels) if label == "followup"]
         summary["distinct_followups"] = len(set(texts)) / len(texts) if texts else None
+        if answers is not None:
+            forms = {followup_template(t, a) for t, a, label in zip(turns, answers, labels) if label == "followup"}
+            summary["distinct_templates"] = len(forms) / len(texts) if texts else None
     return summary
 
 

@@ -218,7 +218,8 @@ def run_probe(model, tokenizer, examples: list[Example], settings: ProbeSettings
         k = 1 if temperature == 0 else settings.samples
         summaries.append(summarize_setting(temperature, k, [r["label"] for r in of_t],
                                            grounded=[r["grounded"] for r in of_t],
-                                           turns=[r["user_turn"] for r in of_t]))
+                                           turns=[r["user_turn"] for r in of_t],
+                                           answers=[r["answer"] for r in of_t]))
         if settings.labeler == "both":
             summaries[-1]["judge"] = judge_summary(of_t, temperature, k)
     graded = settings.setting == "self" and any(a["gold"] is not None for a in answers)
