@@ -23,14 +23,14 @@ def main(args: Gsm8kScriptArguments, settings: ProbeSettings) -> dict:
     from dataclasses import replace
 
     from uturn_train.probe.job import distributed_state, run_probe_job
-    from uturn_train.testbed import resolve
+    from uturn_train.zoo import resolve
 
     if args.task not in ("gsm8k", "testbed"):
         raise ValueError(f"--task {args.task} has no gold answers; use gsm8k or testbed")
     if settings.setting != "self":
         raise ValueError("GSM8K accuracy grades the model's own answers: use --setting self")
     state = distributed_state()
-    with state.main_process_first():  # one process builds the testbed if it is named and missing
+    with state.main_process_first():  # one process builds or fetches a named model if it is missing
         resolve(args)
     return run_probe_job(args, replace(settings, temperatures=[]), state=state)  # answers only, no user turns
 

@@ -23,10 +23,10 @@ from uturn_train.probe.settings import ProbeSettings
 
 def main(args: ProbeScriptArguments, settings: ProbeSettings) -> dict:
     from uturn_train.probe.job import distributed_state, run_probe_job
-    from uturn_train.testbed import resolve
+    from uturn_train.zoo import resolve
 
     state = distributed_state()
-    with state.main_process_first():  # one process builds the testbed if it is named and missing
+    with state.main_process_first():  # one process builds or fetches a named model if it is missing
         resolve(args)
     return run_probe_job(args, settings, state=state)
 

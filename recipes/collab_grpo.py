@@ -37,12 +37,12 @@ def main(training_args, model_args, probe_args, rl_args):
     from uturn_train.probe.history import report_probe_history
     from uturn_train.rewards import LengthGuard, UserTurnReward, accuracy
     from uturn_train.rl_data import grpo_rows, rl_examples
-    from uturn_train.testbed import resolve
     from uturn_train.tracking import wandb_offline_unless_logged_in
+    from uturn_train.zoo import resolve
 
     wandb_offline_unless_logged_in(training_args.report_to)
     name = model_args.model_name_or_path
-    with training_args.main_process_first(desc="resolving `testbed`"):  # one process builds it if it is missing
+    with training_args.main_process_first(desc="resolving model names"):  # one process builds or fetches a model
         resolve(model_args, probe_args, rl_args)
     tokenizer = load_tokenizer(model_args.model_name_or_path, revision=model_args.model_revision)
     model = load_model(model_args.model_name_or_path, model_args.dtype, revision=model_args.model_revision,

@@ -189,12 +189,14 @@ CASES = {
         "What if she had sold 60 clips in April instead?",
         "I think the answer should be 96, not 72.",
         "Can you explain it more simply?",
-        "How many clips did she sell in May?",
+        "How many clips did she sell in May, then?",
         "Can you make a similar problem for me to practice?",
         "Why did you divide 48 by 2?<|im_end|>",
         "Thanks, but that's wrong.",
     ],
     "new_topic": [
+        # After a word problem, a question about its story that does not point back at the answer (issue 17).
+        "How many clips did she sell in May?",
         "What is the capital of France?",
         "Write a poem about the ocean.",
         "Tom has 5 apples and buys 7 more. How many apples does Tom have now?",

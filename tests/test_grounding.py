@@ -44,8 +44,12 @@ OTHER = ("A train travels 60 km in 2 hours. What is its average speed?", "60 / 2
     "turn,grounded",
     [
         ("How did you get 24?", True),  # a follow-up anywhere, but 24 is only in its own answer
-        ("What if it was 8 apples instead of 5?", True),  # its query's own quantity
-        ("Why did he go to the market?", True),
+        # A variant of the query or a question about its story would follow any answer to this query: a follow-up,
+        # but it does not react to this answer (issue 17).
+        ("What if it was 8 apples instead of 5?", False),
+        ("Why did he go to the market?", False),
+        ("Are you sure about the 24 apples?", True),
+        ("Why did you add 5 and 19?", True),  # the query's numbers, as the step the assistant took
         ("Why do you multiply in the first step?", False),  # fits any worked answer
         ("Could you explain the steps again?", False),
         ("Can you tell me more about that?", False),
@@ -118,4 +122,6 @@ def test_real_followups_and_specific_questions_are_mostly_grounded(rates):
     # fit any ("Can you add comments?", "Make it shorter."); the issue's bar is 0.65.
     assert rates["real follow-ups, own conversation (OASST)"] >= 0.70, rates
     assert rates["'How did you get <its answer, 13 or more>?' (GSM8K)"] >= 0.90, rates
-    assert rates["'What if it was <n+3> <noun> instead of <n>?' (GSM8K)"] >= 0.90, rates
+    # A variant of the query's own quantity follows any answer to the query: a follow-up, never grounded (issue 17).
+    # 0.049 measured: the few that pass have an answer that says n+3 itself.
+    assert rates["'What if it was <n+3> <noun> instead of <n>?' (GSM8K)"] <= 0.08, rates

@@ -1,4 +1,4 @@
-"""The core takes paths: no core module imports the testbed, and no loader starts a build."""
+"""The core takes paths: no core module imports the testbed or the zoo, and no loader starts a build or a fetch."""
 
 import ast
 from pathlib import Path
@@ -6,16 +6,18 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "uturn_train"
-ENTRY_POINTS = {"cli.py"}  # entry points resolve the name `testbed`; the testbed package itself is a user of the core
+# What the entry points turn names into paths with; the testbed package and the zoo are users of the core.
+RESOLVERS = ("uturn_train.testbed", "uturn_train.zoo")
+ENTRY_POINTS = {"cli.py", "zoo.py"}
 
 
-def imports_of_testbed(path: Path) -> list[str]:
-    """The import statements of `path` (at module level or inside functions) that reach `uturn_train.testbed`."""
+def imports_of(path: Path, target: str) -> list[str]:
+    """The import statements of `path` (at module level or inside functions) that reach the module `target`."""
     depth = len(path.relative_to(PACKAGE).parts) - 1  # how many dots lead back to the package
     found = []
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
-            found += [a.name for a in node.names if a.name.startswith("uturn_train.testbed")]
+            found += [a.name for a in node.names if a.name == target or a.name.startswith(f"{target}.")]
         elif isinstance(node, ast.ImportFrom):
             module = node.module or ""
             if node.level:  # relative: resolve against the package
@@ -24,7 +26,7 @@ def imports_of_testbed(path: Path) -> list[str]:
                 base = ["uturn_train", *path.relative_to(PACKAGE).parts[:-1]][: depth + 2 - node.level]
                 module = ".".join([*base, module] if module else base)
             names = [module] + [f"{module}.{a.name}" for a in node.names]
-            found += [n for n in names if n == "uturn_train.testbed" or n.startswith("uturn_train.testbed.")][:1]
+            found += [n for n in names if n == target or n.startswith(f"{target}.")][:1]
     return found
 
 
@@ -33,18 +35,21 @@ def core_modules() -> list[Path]:
             if "testbed" not in p.relative_to(PACKAGE).parts and p.name not in ENTRY_POINTS]
 
 
-def test_the_scan_finds_imports_of_testbed(tmp_path):
-    assert imports_of_testbed(PACKAGE / "cli.py"), "the CLI resolves `testbed`: the scan must see that import"
+def test_the_scan_finds_imports_of_the_resolvers():
+    assert imports_of(PACKAGE / "cli.py", "uturn_train.zoo"), "the CLI resolves names: the scan must see that import"
+    assert imports_of(PACKAGE / "zoo.py", "uturn_train.testbed"), "the zoo delegates `testbed`: the scan must see it"
 
 
 @pytest.mark.parametrize("path", core_modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
-def test_core_module_does_not_import_the_testbed(path):
-    assert not imports_of_testbed(path), f"{path.relative_to(PACKAGE)} imports {imports_of_testbed(path)}"
+def test_core_module_does_not_import_the_testbed_or_the_zoo(path):
+    for target in RESOLVERS:
+        assert not imports_of(path, target), f"{path.relative_to(PACKAGE)} imports {imports_of(path, target)}"
 
 
-def test_loaders_never_build_the_testbed(tmp_path, monkeypatch):
+def test_loaders_never_build_or_fetch(tmp_path, monkeypatch):
     from uturn_train.data import CollabDataArguments, load_conversations
     from uturn_train.mining import MiningArguments, mining_examples
+    from uturn_train.models import load_tokenizer
     from uturn_train.tasks import load_task
 
     monkeypatch.setenv("UTURN_HOME", str(tmp_path / "home"))
@@ -54,4 +59,6 @@ def test_loaders_never_build_the_testbed(tmp_path, monkeypatch):
         mining_examples(MiningArguments(mine_source="testbed"))
     with pytest.raises(ValueError, match="pass it as collab_data"):
         load_conversations(CollabDataArguments(collab_source="testbed"))
+    with pytest.raises(ValueError, match="smollm2-135m-instruct.*only resolved by the uturn commands"):
+        load_tokenizer("smollm2-135m-instruct")  # offline: a hub lookup that fails, never a fetch
     assert not (tmp_path / "home").exists()

@@ -30,7 +30,9 @@ def conversations(n: int, seed: int = 0) -> list[dict]:
     for i in range(n):
         name, a, b, fruit = rng.choice(["Mia", "Omar", "Lena", "Ravi"]), rng.randint(2, 9), rng.randint(2, 9), FRUIT[i]
         rows.append({"messages": [
-            {"role": "user", "content": f"{name} has {a} bags of {b} {fruit}. How many {fruit} does {name} have?"},
+            # Not asked as a quantity question ("How many ...?"), so the grounded decision does not apply its answer
+            # control, which the untrained tiny model's own answers could never pass: this tests the plumbing.
+            {"role": "user", "content": f"{name} has {a} bags of {b} {fruit}. Count the {fruit} {name} has."},
             {"role": "assistant", "content": f"{name} has {a} * {b} = {a * b} {fruit}.\n#### {a * b}"},
             {"role": "user", "content": f"Why did you multiply the bags of {fruit} by {b}?"},
             {"role": "assistant", "content": f"Each of the {a} bags holds {b} {fruit}."},
@@ -112,7 +114,7 @@ def test_dpo_trainer_appends_eos_once(mined, tiny, tmp_path):
 
 def test_every_bad_turn_is_rejected_against_a_grounded_followup():
     query, answer = "Tom has 35 apples and buys 48 more. How many apples now?", "35 + 48 = 83 apples."
-    ex = Example(id="x", query=query, answer=answer, reference_followup="Why did you add the 48 apples?")
+    ex = Example(id="x", query=query, answer=answer, reference_followup="Where do the 83 apples come from?")
     controls = [("What is the capital of France?", "Paris is the capital of France."),
                 ("Name a prime number above 10.", "11 is a prime number.")]
 
@@ -132,7 +134,7 @@ def test_every_bad_turn_is_rejected_against_a_grounded_followup():
         ("Why 83?", "sample", "Can you explain it simply?", "ungrounded_followup", "sample"),
     ]
     pairs = followup_pairs(ex, answer, turns[:2], controls, use_reference=True)
-    assert {(p["chosen"], p["chosen_source"]) for p in pairs} == {("Why did you add the 48 apples?", "reference")}
+    assert {(p["chosen"], p["chosen_source"]) for p in pairs} == {("Where do the 83 apples come from?", "reference")}
     assert followup_pairs(ex, answer, turns[:2], controls, use_reference=False) == []
     # A reference follow-up that is not grounded in the model's answer is not taken, nor one that fits any answer.
     for reference in ("What is the capital of Peru?", "Could you explain that more simply?"):

@@ -109,6 +109,8 @@ def test_a_question_specific_to_a_kind_of_problem_is_not_rewarded(reward, tokeni
                       controls=[[list(c) for c in controls]])[0]
 
     generic = "Why do we need two steps for the years?"
-    assert score(generic, [change]) == LABEL_REWARD["grounded"]  # fits only age problems: passes this control
+    # It fits only age problems, so it passes the control `change`; but it takes nothing from its own answer, and
+    # would follow any answer to its query (the answer control, issue 17): not grounded even against one control.
+    assert score(generic, [change]) < LABEL_REWARD["grounded"]
     assert score(generic, [change, other_age]) < LABEL_REWARD["grounded"]
     assert score("How did you get 54 years?", [change, other_age]) == LABEL_REWARD["grounded"]

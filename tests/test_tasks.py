@@ -123,6 +123,50 @@ def test_hub_name_offline_says_so(monkeypatch):
         load_task("gsm8k", "nobody/no-such-dataset")
 
 
+def _callback(data):
+    from types import SimpleNamespace
+
+    from uturn_train.callback import ProbeArguments, UserTurnProbeCallback
+
+    # The probe data loads before anything needs the tokenizer beyond its chat template.
+    tokenizer = SimpleNamespace(chat_template="x")
+    return UserTurnProbeCallback(ProbeArguments(probe_task="gsm8k", probe_data=data), tokenizer)
+
+
+def _mine():
+    from uturn_train.mining import MiningArguments, mining_examples
+
+    return mining_examples(MiningArguments(mine_source="gsm8k"))  # the hub's train split, as in issue 17
+
+
+def _prompts():
+    from uturn_train.data import prompt_examples
+
+    return prompt_examples("oasst", "nobody/no-such-dataset", 4, option="prompt")  # what `rl_examples` calls
+
+
+def _collab():
+    from uturn_train.data import CollabDataArguments, load_conversations
+
+    return load_conversations(CollabDataArguments(collab_source="gsm8k"))
+
+
+@pytest.mark.parametrize("option, load", [
+    ("--data", lambda: load_task("gsm8k", "nobody/no-such-dataset")),
+    ("--probe_data", lambda: _callback("nobody/no-such-dataset")),
+    ("--mine_data", _mine), ("--prompt_data", _prompts), ("--collab_data", _collab),
+], ids=lambda x: x if isinstance(x, str) else "")
+def test_hub_data_offline_names_the_option_typed(option, load, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ValueError, match=f"hub.*point at a local copy instead: {option} PATH.jsonl$"):
+        load()
+
+
+def test_missing_local_file_names_the_option(tmp_path):
+    with pytest.raises(ValueError, match="^--probe_data: data file .*nothere.jsonl does not exist"):
+        _callback(str(tmp_path / "nothere.jsonl"))
+
+
 def test_missing_local_file(tmp_path):
     with pytest.raises(ValueError, match="data file .*nothere.jsonl does not exist"):
         load_task("gsm8k", str(tmp_path / "nothere.jsonl"))

@@ -21,7 +21,7 @@ def _probe(argv: list[str]) -> None:
 
     from .probe.job import ProbeScriptArguments, run_probe_job
     from .probe.settings import ProbeSettings
-    from .testbed import resolve
+    from .zoo import resolve
 
     parser = TrlParser((ProbeScriptArguments, ProbeSettings), prog="uturn probe")
     args, settings = parser.parse_args_and_config(argv)
@@ -96,7 +96,7 @@ def _mine(argv: list[str]) -> None:
     from trl import TrlParser
 
     from .mining import MineScriptArguments, MiningArguments, run_mine_job
-    from .testbed import resolve
+    from .zoo import resolve
 
     parser = TrlParser((MineScriptArguments, MiningArguments), prog="uturn mine")
     script_args, mining_args = parser.parse_args_and_config(argv)
@@ -108,7 +108,7 @@ def _validate(argv: list[str]) -> None:
     from trl import TrlParser
 
     from .probe.validate import ValidateScriptArguments, ValidateSettings, run_validate_job
-    from .testbed import resolve
+    from .zoo import resolve
 
     parser = TrlParser((ValidateScriptArguments, ValidateSettings), prog="uturn validate")
     args, settings = parser.parse_args_and_config(argv)

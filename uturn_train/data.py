@@ -115,7 +115,7 @@ def oasst_conversations(data: str | None = None, limit: int | None = None) -> li
     paths = [
         [*ex.meta["history"], {"role": "user", "content": ex.query}, {"role": "assistant", "content": ex.answer},
          {"role": "user", "content": ex.reference_followup}]
-        for ex in load_task("oasst", data=data)
+        for ex in load_task("oasst", data=data, data_option="--collab_data")
     ]
     # A path u-a-u is also the start of u-a-u-a-u: keep only the longest, so early turns are not counted twice.
     key = lambda p: tuple((m["role"], m["content"]) for m in p)  # noqa: E731
@@ -138,7 +138,7 @@ def gsm8k_conversations(data: str | None = None, limit: int | None = None, seed:
     from .tasks import load_task
 
     rng, conversations = random.Random(seed), []
-    for example in load_task("gsm8k", data=data, split="train"):
+    for example in load_task("gsm8k", data=data, split="train", data_option="--collab_data"):
         lines = [line for line in example.meta["solution"].splitlines() if _CALCULATION.search(line)]
         if not lines:
             continue
@@ -197,11 +197,11 @@ def prompt_examples(source: str, data: str | None, limit: int | None, option: st
         examples = conversation_examples(read_conversations(data, limit), prefix)
     elif source == "gsm8k" and data is None:
         # load_task's default is the test split, which the probe measures on: take the train split.
-        rows = _hub_rows("openai/gsm8k", "main", "train")
+        rows = _hub_rows("openai/gsm8k", "main", "train", data_option=f"--{option}_data")
         examples = [gsm8k.to_example(row, i, where, prefix="gsm8k-train")
                     for i, (where, row) in enumerate(islice(rows, limit))]
     else:
-        examples = load_task(source, data=data, limit=limit)
+        examples = load_task(source, data=data, limit=limit, data_option=f"--{option}_data")
     if not examples:
         raise ValueError(f"{option}_source {source!r} gave no prompt with a user turn answered by the assistant")
     return examples

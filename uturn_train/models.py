@@ -16,6 +16,10 @@ QWEN3_5_LORA_TARGETS = (
     r".*layers\.\d+\.(self_attn\.(q_proj|k_proj|v_proj|o_proj)|linear_attn\.(in_proj_qkv|in_proj_z|out_proj)"
     r"|mlp\.(gate_proj|up_proj|down_proj))"
 )
+# Llama-family decoders (Llama, SmolLM2, Mistral, Qwen2/3): attention and MLP projections, anchored the same way.
+LLAMA_LORA_TARGETS = r".*layers\.\d+\.(self_attn\.(q_proj|k_proj|v_proj|o_proj)|mlp\.(gate_proj|up_proj|down_proj))"
+LORA_TARGETS = {"qwen3_5": QWEN3_5_LORA_TARGETS, "qwen3_5_text": QWEN3_5_LORA_TARGETS, "llama": LLAMA_LORA_TARGETS,
+                "mistral": LLAMA_LORA_TARGETS, "qwen2": LLAMA_LORA_TARGETS, "qwen3": LLAMA_LORA_TARGETS}
 
 
 def load_tokenizer(name: str, revision: str | None = None):
@@ -34,7 +38,8 @@ def load_tokenizer(name: str, revision: str | None = None):
     except (OSError, ValueError) as e:
         raise ValueError(
             f"could not load a tokenizer from {name!r}: check the hub name or path (the hub is unreachable when "
-            f"HF_HUB_OFFLINE=1; `testbed` is only resolved by the uturn commands and recipes). ({e})"
+            f"HF_HUB_OFFLINE=1; `testbed`, `smollm2-135m-instruct` and .gguf files are only resolved by the uturn "
+            f"commands and recipes). ({e})"
         ) from e
     if not tokenizer.chat_template:
         raise ValueError(
@@ -70,10 +75,17 @@ def load_model(name: str, dtype: str = "auto", device: str | None = None, *, rev
 
 
 def lora_config(model_args):
-    """TRL's `get_peft_config`, with [`QWEN3_5_LORA_TARGETS`] when no `lora_target_modules` are given."""
+    """TRL's `get_peft_config`; without `lora_target_modules`, the targets of the model's `model_type`
+    ([`LORA_TARGETS`]), read from its config."""
+    from transformers import AutoConfig
     from trl import get_peft_config
 
     config = get_peft_config(model_args)
-    if config is not None and config.target_modules is None:
-        config = replace(config, target_modules=QWEN3_5_LORA_TARGETS)
-    return config
+    if config is None or config.target_modules is not None:
+        return config
+    name = model_args.model_name_or_path
+    model_type = AutoConfig.from_pretrained(name, revision=model_args.model_revision).model_type
+    if model_type not in LORA_TARGETS:
+        raise ValueError(f"no default LoRA targets for model_type {model_type!r} (--model_name_or_path {name}; known: "
+                         f"{', '.join(LORA_TARGETS)}): pass --lora_target_modules, e.g. q_proj v_proj")
+    return replace(config, target_modules=LORA_TARGETS[model_type])

@@ -30,7 +30,7 @@ def plain(config: str, pairs: str, out: str, steps: int) -> None:
     from trl import DPOConfig, DPOTrainer, ModelConfig, TrlParser
 
     from uturn_train.models import QWEN3_5_LORA_TARGETS
-    from uturn_train.testbed import resolve
+    from uturn_train.zoo import resolve
 
     training_args, model_args = TrlParser((DPOConfig, ModelConfig)).parse_args_and_config(
         ["--config", config, "--output_dir", out, "--max_steps", str(steps), "--save_strategy", "no",
@@ -71,7 +71,7 @@ def main() -> None:
         ["--config", args.config], fail_with_unknown_args=False)
     script_args = MineScriptArguments(model=model_args.model_name_or_path, out=str(tmp / "pairs"),
                                       dtype=model_args.dtype)
-    from uturn_train.testbed import resolve
+    from uturn_train.zoo import resolve
 
     resolve(script_args, mining_args)
     pairs = str(run_mine_job(script_args, mining_args))

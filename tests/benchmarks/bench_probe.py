@@ -1,14 +1,18 @@
 """User turns/s of the batched engine vs a per-example `model.generate` loop, greedy, on a trained model.
 
-    python tests/benchmarks/bench_probe.py [--n 128] [--max_new_tokens 256] [--batch_size 64] [--threads N]
-                                           [--repeats 1] [--model DIR]
+    python tests/benchmarks/bench_probe.py [--model NAME] [--data FILE] [--setting self|heldout] [--limit 128]
+                                           [--max_new_tokens 256] [--batch_size 64] [--threads N] [--repeats 1]
+    python tests/benchmarks/bench_probe.py --model smollm2-135m-instruct --threads 1
 
-The model is the built testbed (`$UTURN_HOME/testbed`, or `--model`): the probe's real use is a trained model. Without
-one the script says so and falls back to the random-weight tiny test model, whose near-uniform logits make argmax
-ties, and so differences, likely. Prompts are user-turn prompts rendered with the model's template from (query,
-reference answer) pairs: the testbed's held-out problems, or GSM8K / synthetic pairs for the fallback. Both sides
-decode greedily with the same stops and the script compares the generated **token ids** of every prompt; it ends with
-`speedup=X` (user turns/s of the engine over the loop) and exits non-zero if any output differs.
+`--model` is anything `uturn probe --model` takes: a folder, a hub id, a `.gguf` file, `testbed` or
+`smollm2-135m-instruct` (fetched and converted once, see `uturn_train/zoo.py`). Without it, the built testbed
+(`$UTURN_HOME/testbed`); without that, the script says so and falls back to the random-weight tiny test model, whose
+near-uniform logits make argmax ties, and so differences, likely. The problems are the testbed's held-out ones for the
+testbed, else GSM8K's test set from `../shared/data` (or `--data`, a GSM8K-format jsonl). As in the probe's `self`
+setting (the default), the model first answers each problem greedily with the engine (`--answer_max_new_tokens`, not
+timed); `--setting heldout` takes the reference solutions instead (README's testbed figure). Both sides then decode
+the user turns greedily with the same stops, and the script compares the generated **token ids** of every prompt; it
+ends with `speedup=X` (user turns/s of the engine over the loop) and exits non-zero if any output differs.
 
 Why outputs can differ at all: the engine left-pads prompts to the longest of their batch. Padded positions are
 masked, so the math is the same, but attention and the Gated DeltaNet fallbacks then reduce over differently shaped
@@ -22,7 +26,6 @@ fastest run.
 """
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -33,30 +36,35 @@ import torch
 sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parents[2])]
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from uturn_train.chat import stop_strings, user_turn_prompt  # noqa: E402
+from uturn_train.chat import answer_prompt, stop_strings, user_turn_prompt  # noqa: E402
 from uturn_train.generation import generate  # noqa: E402
 
 GSM8K = Path(__file__).resolve().parents[3] / "shared" / "data" / "gsm8k" / "test.jsonl"
 
 
-def model_and_pairs(model_dir: str | None, n: int):
-    """(model, tokenizer, [(query, answer)], description): the testbed if built, else the random tiny model."""
+def model_and_pairs(name: str | None, data: str | None, n: int):
+    """(model, tokenizer, [(query, reference answer)], description): `name` resolved as the entry points do, else the
+    built testbed, else the random tiny model."""
     from uturn_train.models import load_model, load_tokenizer
+    from uturn_train.tasks import load_task
     from uturn_train.testbed import testbed_dir
+    from uturn_train.zoo import resolve
 
-    path = Path(model_dir) if model_dir else testbed_dir()
-    if (path / "config.json").exists():
-        rows = [json.loads(line) for line in (path / "heldout.jsonl").read_text().splitlines()[:n]] \
-            if (path / "heldout.jsonl").exists() else [json.loads(line) for line in GSM8K.read_text().splitlines()[:n]]
-        pairs = [(row["question"], row["answer"]) for row in rows]
-        return load_model(str(path), device="cpu"), load_tokenizer(str(path)), pairs, f"trained model {path}"
+    if name is not None or (testbed_dir() / "config.json").exists():
+        args = argparse.Namespace(model=name or "testbed")
+        resolve(args)  # `testbed`, `smollm2-135m-instruct`, a .gguf file -> a folder
+        heldout = Path(args.model) / "heldout.jsonl"
+        data = data or str(heldout if heldout.exists() else GSM8K)
+        pairs = [(ex.query, ex.answer) for ex in load_task("gsm8k", data, limit=n)]
+        return (load_model(args.model, device="cpu"), load_tokenizer(args.model), pairs,
+                f"trained model {args.model}, problems {data}")
     import tiny
 
-    print(f"NOTE: no built testbed at {path} (run `uturn testbed build`): falling back to the random-weight tiny "
-          "model, whose near-uniform logits make argmax ties, so greedy outputs may differ")
+    print(f"NOTE: no built testbed at {testbed_dir()} (run `uturn testbed build`): falling back to the random-weight "
+          "tiny model, whose near-uniform logits make argmax ties, so greedy outputs may differ")
     tokenizer = tiny.qwen_tokenizer()
-    if GSM8K.exists():
-        pairs = [(row["question"], row["answer"]) for row in map(json.loads, GSM8K.read_text().splitlines()[:n])]
+    if data or GSM8K.exists():
+        pairs = [(ex.query, ex.answer) for ex in load_task("gsm8k", data or str(GSM8K), limit=n)]
     else:
         lines = tiny.chat_corpus(n)
         pairs = [(lines[4 * i], lines[4 * i + 1]) for i in range(n)]
@@ -80,22 +88,33 @@ def per_example(model, tokenizer, prompts, max_new_tokens, stops):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default=None, help="a trained model folder (default: the built testbed)")
-    parser.add_argument("--n", type=int, default=128)
+    parser.add_argument("--model", default=None, help="a name or path as `uturn probe --model` takes (default: the "
+                        "built testbed)")
+    parser.add_argument("--data", default=None, help="GSM8K-format jsonl (default: the testbed's held-out problems, "
+                        "else ../shared/data/gsm8k/test.jsonl)")
+    parser.add_argument("--setting", choices=("self", "heldout"), default="self",
+                        help="self: the model's own greedy answers; heldout: the reference solutions")
+    parser.add_argument("--n", "--limit", dest="n", type=int, default=128, help="prompts")
     parser.add_argument("--max_new_tokens", type=int, default=256)
+    parser.add_argument("--answer_max_new_tokens", type=int, default=256)
     parser.add_argument("--batch_size", type=int, default=64)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--repeats", type=int, default=1)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
-    model, tokenizer, pairs, description = model_and_pairs(args.model, args.n)
+    model, tokenizer, pairs, description = model_and_pairs(args.model, args.data, args.n)
+    if args.setting == "self":  # the probe's default: the user turn reacts to the model's own answer
+        queries = [answer_prompt(tokenizer, [{"role": "user", "content": q}]) for q, _ in pairs]
+        answers = generate(model, tokenizer, queries, max_new_tokens=args.answer_max_new_tokens,
+                           batch_size=args.batch_size, desc="answers (not timed)")
+        pairs = [(q, a.text) for (q, _), (a,) in zip(pairs, answers)]
     prompts = [user_turn_prompt(tokenizer, [{"role": "user", "content": q}, {"role": "assistant", "content": a}])
                for q, a in pairs]
     stops = stop_strings(tokenizer)
     lengths = [len(tokenizer(p, add_special_tokens=False).input_ids) for p in prompts]
-    print(f"{description}; CPU capability {torch.backends.cpu.get_cpu_capability()}, torch threads "
-          f"{torch.get_num_threads()}; {len(prompts)} prompts of {min(lengths)}-{max(lengths)} tokens; "
+    print(f"{description}; setting {args.setting}; CPU capability {torch.backends.cpu.get_cpu_capability()}, "
+          f"torch threads {torch.get_num_threads()}; {len(prompts)} prompts of {min(lengths)}-{max(lengths)} tokens; "
           f"max_new_tokens={args.max_new_tokens} batch_size={args.batch_size}")
 
     # Warm up both paths (the first forward of the torch fallbacks costs ~2 s).

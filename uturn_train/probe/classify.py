@@ -50,7 +50,7 @@ import itertools
 import re
 from dataclasses import dataclass
 
-from . import cues
+from . import cues, word_problem
 from .degenerate import compression, degenerate
 
 LABELS = ("followup", "acknowledgement", "identity_drift", "repetition", "new_topic", "empty", "degenerate")
@@ -88,6 +88,7 @@ def _stem(word: str) -> str:
 
 
 _GENERIC_STEMS = frozenset(map(_stem, cues.GENERIC))
+_SMALL = frozenset(map(str, range(13)))  # numbers that recur by chance
 _STEMS: dict[str, str | None] = {}  # word -> stem of a content word, a number as written, or None
 
 
@@ -117,6 +118,9 @@ class _Context:
     declines: bool  # ... or it declines the request
     wants_material: bool  # ... for a text, code or data to work on
     about_assistant: bool  # the query asks about the assistant itself
+    arithmetic: bool  # the query states numbers and asks for a quantity (a word problem), and was answered
+    question: frozenset  # content of the query's last question: what it asks
+    query_content: frozenset
 
 
 @functools.lru_cache(maxsize=4096)
@@ -142,6 +146,10 @@ def _context(query: str, answer: str) -> _Context:
         declines=bool(cues.DECLINES.search(ends)),
         wants_material=bool(cues.WANTS_MATERIAL.search(tail)),
         about_assistant=bool(cues.ABOUT_ASSISTANT.search(f" {' '.join(query_words)} ")),
+        arithmetic=bool(answer_words) and sum(w[0].isdigit() or w in cues.NUMBER_WORDS for w in set(query_words)) >= 2
+        and bool(word_problem.QUANTITY_QUESTION.search(f" {' '.join(query_words[-40:])} ")),
+        question=frozenset(_content(set(cues.WORD.findall(word_problem.last_question(query).lower())))),
+        query_content=frozenset(query_content),
     )
 
 
@@ -264,7 +272,7 @@ def classify_turn(query: str, answer: str, user_turn: str, finish_reason: str | 
         return Verdict("identity_drift", f"talks as the assistant: {helper.group(0).strip()!r}")
     if "\\boxed" in lower or "####" in lower:
         return Verdict("identity_drift", "marks a final answer like a solution")
-    announced = cues.NEW_TASK.match(lower)
+    announced = cues.NEW_TASK.match(lower) or word_problem.PRESENTS_TASK.match(lower)
     if announced and not cues.POINTS_BACK.search(joined):
         return Verdict("new_topic", f"announces the next question: {announced.group(0).strip(' :.!?,;-')!r}")
     given = cues.GIVEN.findall(cues.LIST_MARKER.sub("", lower) if "\n" in lower else lower) if "?" in lower else ()
@@ -373,6 +381,19 @@ def classify_turn(query: str, answer: str, user_turn: str, finish_reason: str | 
             return Verdict("followup", f"reacts to {reference}")
         return Verdict("new_topic", "a statement unrelated to the conversation")
 
+    if (
+        ctx.arithmetic
+        and shared
+        and not ctx.asks_user
+        and not any(w[0].isdigit() and w not in ctx.query_content and w not in _SMALL for w in content & ctx.content)
+        and not word_problem.BACK_AT_ANSWER.search(joined)
+    ):
+        # After a word problem, a question about its story that names no number of the answer and does not point
+        # back at it is that problem again or another one of the same story ("How many miles does John drive in 120
+        # minutes?"), not a reaction (issue 17).
+        if word_problem.restates(content - ctx.content, ctx.question, set(shared)):
+            return Verdict("repetition", "asks the query's question again")
+        return Verdict("new_topic", "asks about the problem's story, not about the answer")
     if grounded:
         return Verdict("followup", "asks about it; " + _refers(shared))
     if (ctx.asks_user or ctx.lacks) and not (questions or opening or later) and (first_person or n_words <= 12):

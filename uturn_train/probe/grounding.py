@@ -5,9 +5,12 @@ you multiply in the first step?"). The grounded follow-up rate counts only the t
 conversation. The definition, in code in `is_grounded` and nowhere else:
 
 > A user turn is a **grounded follow-up** when (1) `classify_turn` labels it `followup` after its own query and
-> answer, (2) it does not ask where a number came from that its own conversation never mentions, and (3) it would not
-> be a fitting follow-up of an unrelated conversation: classified after a *mismatched context* (another prompt's query
-> and answer from the same task, paired by a seeded derangement), it is not a follow-up there, or it shares something
+> answer, (2) it does not ask where a number came from that its own conversation never mentions, (3) after a word
+> problem (the query states numbers and asks for a quantity), it takes something specific from its answer that the
+> query does not say (the control that keeps the query and drops the answer lacks it), or asks the assistant about a
+> step it took with its answer's numbers ("Why did you divide 48 by 2?"), and (4) it would not be a
+> fitting follow-up of an unrelated conversation: classified after a *mismatched context* (another prompt's query and
+> answer from the same task, paired by a seeded derangement), it is not a follow-up there, or it shares something
 > specific with its own context that the mismatched one lacks.
 
 *Something specific* is a number other than the small ones that recur by chance (below 13, without decimals), a name,
@@ -17,10 +20,13 @@ conversation is about, or two from further in the answer. Function words, words 
 ("multiply", "calculate", "formula") never count.
 
 "How did you get 24?" is a follow-up after any worked answer ("how did you" points back), but 24 is in its own answer
-only: grounded. "How did you get 63 years?" after an answer that never says 63 reacts to nothing in it (2): a policy
-trained with GRPO on this decision learned that template and filled in numbers of its own. "Can you tell me more about
-that?", "Is that right?" or, on arithmetic, "Why do you multiply in the first step?" fit any answer and share nothing
-specific with theirs: not grounded.
+only: grounded. "What if it was 8 apples instead of 5?" is a follow-up too, but it would follow any answer to its
+query, so it does not react to this one (3); nor does "Why did he go to the market?". Condition (3) is tested after
+word problems only: after an open-ended answer, words cannot tell a turn that reacts to it from one that does not
+(see `_reacts_to_answer`). "How did you get 63 years?" after an answer that never says 63 reacts to nothing in it
+(2): a policy trained with GRPO on this decision learned that template and filled in numbers of its own. "Can you tell
+me more about that?", "Is that right?" or, on arithmetic, "Why do you multiply in the first step?" fit any answer and
+share nothing specific with theirs: not grounded.
 
 ```python
 >>> query, answer = "Tom has 5 apples and buys 19 more. How many now?", "5 + 19 = 24. Tom has 24 apples."
@@ -60,7 +66,8 @@ class Grounding:
 
     Args:
         grounded (`bool`):
-            A follow-up in its own conversation that would not fit the mismatched one.
+            A follow-up in its own conversation that would not fit the mismatched one and, after a word problem,
+            takes something specific from its answer.
         mismatch_label (`str`):
             The turn's label after the mismatched context (one of `LABELS`).
         reason (`str`):
@@ -137,6 +144,29 @@ def _specific(query: str, answer: str, user_turn: str, other_query: str, other_a
     return sorted(shared) if weight >= 2 else []
 
 
+def _reacts_to_answer(query: str, answer: str, user_turn: str) -> str | None:
+    """After a word problem: what the turn takes from its answer, judged against the control that keeps the query and
+    drops the answer (something specific of the answer that the query does not say: "24" in "How did you get 24?"),
+    or a number of the answer asked about as the assistant's own step ("Why did you divide 48 by 2?"), or None. A
+    question about the problem's own quantities ("What if it was 8 apples instead of 5?") would follow any answer to
+    its query: it does not react to this one.
+
+    After an open-ended answer the control is not applied (the turn passes): measured on real OASST follow-ups, only
+    0.44 to 0.60 of them take a specific word from their answer or point at it in words (`cues.REFERENCE_WITHIN`),
+    though nearly all react to it; telling those apart needs more than words (issue 17)."""
+    if not _context(query, answer).arithmetic:
+        return "an open-ended answer (no answer control)"
+    shared = _specific(query, answer, user_turn, query, "")
+    if shared:
+        return f"takes {', '.join(map(repr, shared[:3]))} from its answer"
+    # "Why did you divide 48 by 2?": the query's numbers, but as a step the assistant took, asked of the assistant.
+    text = cues.MARKUP.sub(" ", user_turn).lower().replace("’", "'")
+    words = cues.WORD.findall(text)
+    sure = cues.POINTS_BACK.search(f" {' '.join(words)} ")
+    used = {w for w in words if w[0].isdigit()} & _context("", answer).content
+    return f"asks {sure.group(0).strip()!r} about {', '.join(sorted(used))} of its answer" if sure and used else None
+
+
 def is_grounded(
     query: str,
     answer: str,
@@ -176,8 +206,11 @@ def is_grounded(
     missing = _missing_number(user_turn, query, answer)
     if missing:
         return Grounding(False, mismatch, f"asks about {missing}, which its conversation never says")
+    reacts = _reacts_to_answer(query, answer, user_turn)
+    if not reacts:
+        return Grounding(False, mismatch, "would follow any answer to its query: takes nothing from its own answer")
     if mismatch != "followup":
-        return Grounding(True, mismatch, f"a follow-up here, not after another conversation ({mismatch})")
+        return Grounding(True, mismatch, f"a follow-up here, not after another conversation ({mismatch}); {reacts}")
     shared = _specific(query, answer, user_turn, other_query, other_answer)
     if shared:
         items = ", ".join(map(repr, shared[:3]))

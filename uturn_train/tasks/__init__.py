@@ -34,7 +34,7 @@ class ExampleList(list):
 
 
 def load_task(task: str, data: str | None = None, limit: int | None = None, skip_bad: bool = False,
-              split: str | None = None) -> ExampleList:
+              split: str | None = None, data_option: str = "--data") -> ExampleList:
     """Loads the probe examples of a task, in the order of its data.
 
     Args:
@@ -50,6 +50,8 @@ def load_task(task: str, data: str | None = None, limit: int | None = None, skip
             `ExampleList.skipped`. Malformed JSON is an error either way.
         split (`str`, *optional*):
             The split of a hub data set, instead of the task's (see `HUB`); training data takes `train`.
+        data_option (`str`, *optional*, defaults to `"--data"`):
+            The option the user gave `data` with (`--probe_data`, `--mine_data`...), named in the errors.
 
     Returns:
         `ExampleList`: a `list` of `Example`s with a `skipped` count.
@@ -61,7 +63,7 @@ def load_task(task: str, data: str | None = None, limit: int | None = None, skip
     if task == "testbed" and data is None:
         raise ValueError("task `testbed` reads the held-out problems of a built testbed: pass its heldout.jsonl as "
                          "data (the uturn commands and recipes fill it in, see `uturn_train.testbed.resolve`)")
-    source, rows = _rows(task, data, split)
+    source, rows = _rows(task, data, split, data_option)
     if task == "oasst":
         rows = oasst.trees(rows)
 
@@ -103,7 +105,8 @@ def _to_examples(task: str, row: dict, index: int, where: str) -> list[Example]:
     return oasst.to_examples(row, where)
 
 
-def _rows(task: str, data: str | None, split: str | None = None) -> tuple[str, Iterator[tuple[str, dict]]]:
+def _rows(task: str, data: str | None, split: str | None = None,
+          data_option: str = "--data") -> tuple[str, Iterator[tuple[str, dict]]]:
     """The source's name for messages, and its `(where, row)` pairs."""
     name, config, task_split = HUB[task]
     split = split or task_split
@@ -113,12 +116,13 @@ def _rows(task: str, data: str | None, split: str | None = None) -> tuple[str, I
             return str(path), read_jsonl(path)
         # A hub name is `owner/name`; anything that looks like a file or exists as a folder is a path gone wrong.
         if path.exists() or path.suffix in (".jsonl", ".json"):
-            raise ValueError(f"data file {path} {'is a folder' if path.exists() else 'does not exist'}")
+            raise ValueError(f"{data_option}: data file {path} "
+                             f"{'is a folder' if path.exists() else 'does not exist'}")
         name = data
-    return f"{name} ({split})", _hub_rows(name, config, split)
+    return f"{name} ({split})", _hub_rows(name, config, split, data_option)
 
 
-def _hub_rows(name: str, config: str | None, split: str) -> Iterator[tuple[str, dict]]:
+def _hub_rows(name: str, config: str | None, split: str, data_option: str = "--data") -> Iterator[tuple[str, dict]]:
     import datasets  # slow to import, and only the hub path needs it
 
     try:
@@ -126,6 +130,6 @@ def _hub_rows(name: str, config: str | None, split: str) -> Iterator[tuple[str, 
     except (ConnectionError, datasets.exceptions.DatasetNotFoundError) as err:
         raise ValueError(
             f"cannot load the data set {name!r} from the Hugging Face hub: {err}. Offline (HF_HUB_OFFLINE=1) or "
-            f"without access, point at a local copy instead: --data PATH.jsonl"
+            f"without access, point at a local copy instead: {data_option} PATH.jsonl"
         ) from err
     return ((f"{name} ({split}) row {i}", row) for i, row in enumerate(dataset))

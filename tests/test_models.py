@@ -1,0 +1,46 @@
+"""`lora_config`: default LoRA targets chosen by the model's `model_type`."""
+
+import re
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, GPT2Config, LlamaConfig
+from trl import ModelConfig
+
+from uturn_train.models import LLAMA_LORA_TARGETS, QWEN3_5_LORA_TARGETS, lora_config
+
+# SmolLM2-135M-Instruct's config (`uturn_train.zoo` converts it to a LlamaForCausalLM).
+SMOLLM2_CONFIG = dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
+                      num_key_value_heads=3, head_dim=64, vocab_size=49152, max_position_embeddings=8192,
+                      rms_norm_eps=1e-5, tie_word_embeddings=True, bos_token_id=1, eos_token_id=2, pad_token_id=2)
+
+
+def peft(path, **kwargs):
+    return lora_config(ModelConfig(model_name_or_path=str(path), use_peft=True, **kwargs))
+
+
+def test_llama_family_targets_attention_and_mlp_of_every_layer(tmp_path):
+    config = LlamaConfig(**SMOLLM2_CONFIG)
+    config.save_pretrained(tmp_path)
+    assert peft(tmp_path).target_modules == LLAMA_LORA_TARGETS
+    with torch.device("meta"):  # the module names without the 135M weights
+        names = [n for n, _ in AutoModelForCausalLM.from_config(config).named_modules()]
+    matched = [n for n in names if re.fullmatch(LLAMA_LORA_TARGETS, n)]
+    assert len(matched) == 30 * 7
+    assert {re.sub(r".*layers\.\d+\.", "", n) for n in matched} == {
+        "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
+        "mlp.up_proj", "mlp.down_proj"}
+    assert not any(re.fullmatch(LLAMA_LORA_TARGETS, n) for n in ("lm_head", "model.embed_tokens"))
+
+
+def test_qwen35_checkpoints_keep_their_targets(tiny_qwen_dir, tiny_vl_dir):
+    assert peft(tiny_qwen_dir).target_modules == QWEN3_5_LORA_TARGETS  # model_type qwen3_5_text
+    assert peft(tiny_vl_dir).target_modules == QWEN3_5_LORA_TARGETS  # qwen3_5 (the hub's vision-language layout)
+
+
+def test_unknown_model_type_asks_for_targets_and_given_targets_are_kept(tmp_path):
+    GPT2Config(n_layer=1, n_embd=8, n_head=2).save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="no default LoRA targets for model_type 'gpt2'.*pass --lora_target_modules"):
+        peft(tmp_path)
+    assert peft(tmp_path, lora_target_modules=["c_attn", "c_proj"]).target_modules == {"c_attn", "c_proj"}
+    assert lora_config(ModelConfig(model_name_or_path=str(tmp_path))) is None  # no PEFT: no config to read
