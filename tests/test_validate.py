@@ -12,6 +12,7 @@ from uturn_train.probe.validate import (
     DATA_CHECKS,
     GENERATION_CHECKS,
     GENERIC_QUESTIONS,
+    NO_GROUNDING,
     judge_checks,
     load_contexts,
     perturbed,
@@ -114,9 +115,13 @@ def test_validate_passes_its_predictions_on_the_testbed(real_testbed, tmp_path):
     cli(["validate", "--model", str(real_testbed), "--task", "testbed", "--data", str(real_testbed / "heldout.jsonl"),
          "--limit", "200", "--samples", "8", "--out", str(out)])  # a failed prediction exits non-zero
     report = json.loads((out / "validate.json").read_text())
-    assert [c["status"] for c in report["checks"]] == ["pass"] * (3 + len(DATA_CHECKS) + len(GENERATION_CHECKS)), (
-        report["checks"])
+    # Every prediction on the data holds. Since issue 17 a grounded follow-up of a word problem must take something
+    # from its answer, and the testbed writes one at T=1.0 0.028 of the time [0.021, 0.037] (0.084 before): not above
+    # NO_GROUNDING, so the checks on the model's own turns have no rate to lower and are n/a, with the reason.
+    statuses = [c["status"] for c in report["checks"]]
+    assert statuses == ["pass"] * (3 + len(DATA_CHECKS)) + ["n/a"] * len(GENERATION_CHECKS), report["checks"]
+    assert all("nothing for a perturbation to lower" in c["measured"] for c in report["checks"][3 + len(DATA_CHECKS):])
     assert report["n_contexts"] == report["n_turns"] == 500 and report["n_prompts"] == 200
     real = report["new_turns"]["real"]
-    assert real["grounded"]["n"] == 1600 and real["grounded"]["rate"] > 0.05
+    assert real["grounded"]["n"] == 1600 and 0 < real["grounded"]["rate"] <= NO_GROUNDING
     print(f"uturn validate on the testbed: {time.perf_counter() - start:.0f} s")

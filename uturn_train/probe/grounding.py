@@ -154,6 +154,8 @@ def _reacts_to_answer(query: str, answer: str, user_turn: str) -> str | None:
     After an open-ended answer the control is not applied (the turn passes): measured on real OASST follow-ups, only
     0.44 to 0.60 of them take a specific word from their answer or point at it in words (`cues.REFERENCE_WITHIN`),
     though nearly all react to it; telling those apart needs more than words (issue 17)."""
+    if not answer.strip():
+        return None  # no answer, nothing to react to
     if not _context(query, answer).arithmetic:
         return "an open-ended answer (no answer control)"
     shared = _specific(query, answer, user_turn, query, "")
