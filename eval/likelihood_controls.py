@@ -16,11 +16,11 @@ turn token (the first 48):
 - **coherence** = mean log p(turn | query, answer): incoherent text should be unlikely even in context.
 
 It prints the quantiles of both per gold label, thresholds chosen on the dev split applied to the probe's decisions
-on the test split, and the cost per 1,000 turns. Measured with SmolLM2-135M-Instruct as scorer (2026-12-01, 420 turns,
-CPU capability AVX2, 2 threads): median PMI 0.62 on grounded follow-ups against 0.10-0.17 on repetition, new topics
-and degenerate turns, but 10-20% of those above 0.3; the best dev thresholds raise grounded precision on the test
-split from 0.10 to 0.57 (recall 0.36) and follow-up precision from 0.30 to 0.35; 1.27 s per turn (two forward passes
-of up to 816 tokens), 21 min per 1,000 turns. Not adopted: the README says why (issue 17).
+on the test split, and the cost per 1,000 turns. Measured with SmolLM2-135M-Instruct as scorer (2026-12-01, 480 turns,
+CPU capability AVX2, 2 threads): median PMI 0.72 (dev) and 0.33 (test) on grounded follow-ups against 0.11-0.18 on
+the other labels, whose top tenth reaches 0.3-0.7; PMI >= 0.5 and coherence >= -3.0 (chosen on dev) raise grounded
+precision on the test split from 0.10 to 0.57 at recall 0.36 (7 turns kept); 1.37 s per turn (two forward passes of
+up to 816 tokens), 23 min per 1,000 turns. Not adopted: the README says why (issue 17).
 """
 
 import argparse
