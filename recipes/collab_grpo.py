@@ -40,7 +40,7 @@ def main(training_args, model_args, probe_args, rl_args):
     from uturn_train.tracking import wandb_offline_unless_logged_in
     from uturn_train.zoo import resolve
 
-    wandb_offline_unless_logged_in(training_args.report_to)
+    wandb_offline_unless_logged_in(training_args.report_to, training_args.output_dir)
     name = model_args.model_name_or_path
     with training_args.main_process_first(desc="resolving model names"):  # one process builds or fetches a model
         resolve(model_args, probe_args, rl_args)

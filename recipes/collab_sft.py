@@ -39,7 +39,7 @@ def main(script_args, training_args, model_args, probe_args, data_args):
     from uturn_train.zoo import resolve
 
     apply_loss_scope(training_args, data_args.loss_scope)
-    wandb_offline_unless_logged_in(training_args.report_to)
+    wandb_offline_unless_logged_in(training_args.report_to, training_args.output_dir)
     name = model_args.model_name_or_path
     with training_args.main_process_first(desc="resolving model names"):  # one process builds or fetches a model
         resolve(model_args, probe_args, data_args)

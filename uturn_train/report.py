@@ -319,7 +319,7 @@ def log_to_wandb(report: dict, out: Path) -> None:
 
     started = wandb.run is None
     if started:
-        wandb_offline_unless_logged_in(["wandb"])
+        wandb_offline_unless_logged_in(["wandb"], str(out))
         groups = {run["ablation"] for run in report["runs"]} - {None}
         group = groups.pop() if len(groups) == 1 else None
         wandb.init(project=os.environ.get("WANDB_PROJECT", "uturn"), group=group, job_type="report",

@@ -1,4 +1,4 @@
-"""Weights & Biases: offline unless the user is logged in."""
+"""Weights & Biases: offline unless the user is logged in, its files beside the run's outputs."""
 
 import logging
 import netrc
@@ -8,9 +8,19 @@ from urllib.parse import urlparse
 logger = logging.getLogger(__name__)
 
 
-def wandb_offline_unless_logged_in(report_to) -> None:
-    """Offline W&B when the user is not logged in: online mode without a reachable server hangs."""
-    if "wandb" not in (report_to or []) or os.environ.get("WANDB_MODE") or os.environ.get("WANDB_API_KEY"):
+def wandb_offline_unless_logged_in(report_to, output_dir: str | None = None) -> None:
+    """Offline W&B when the user is not logged in: online mode without a reachable server hangs.
+
+    W&B writes its run folder to `$WANDB_DIR/wandb` (default: the working directory). Unless the user set
+    `WANDB_DIR`, it goes to `output_dir/wandb`, beside the run it records: a `wandb/` folder at the repository root
+    would otherwise be taken by ruff's isort for a first-party module and reorder `import wandb` (issue 21).
+    """
+    if "wandb" not in (report_to or []):
+        return
+    if output_dir and not os.environ.get("WANDB_DIR"):
+        os.makedirs(output_dir, exist_ok=True)
+        os.environ["WANDB_DIR"] = os.path.abspath(output_dir)
+    if os.environ.get("WANDB_MODE") or os.environ.get("WANDB_API_KEY"):
         return
     host = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname
     try:

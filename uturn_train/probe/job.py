@@ -59,36 +59,50 @@ class ProbeScriptArguments:
             raise ValueError(f"--concurrency must be >= 1, got {self.concurrency}")
 
 
-def rate_with_ci(rate: float | None, ci: list[float] | None) -> str:
-    return "-" if rate is None else f"{rate:.3f} [{ci[0]:.2f}, {ci[1]:.2f}]"
+def rate_ci(rate: float | None, ci: list[float] | None) -> str:
+    """A rate over its 95% interval, on two lines so a table of them stays within 80 columns."""
+    return "-" if rate is None else f"{rate:.3f}\n[{ci[0]:.2f}, {ci[1]:.2f}]"
 
 
-def print_table(result: dict) -> None:
-    from rich.console import Console
+def probe_tables(result: dict) -> list:
+    """The probe's figures as rich tables that read whole at 80 columns: rates (each over its 95% interval), then the
+    share of each label."""
+    from rich import box
     from rich.table import Table
 
     short = {"followup": "follow", "acknowledgement": "ack", "identity_drift": "drift", "repetition": "repeat",
              "new_topic": "new", "empty": "empty", "degenerate": "degen"}
-    table = Table(title=f"{result.get('model', '')} · {result.get('task', '')} · {result['setting']} · "
-                        f"{result['n_prompts']} prompts")
-    for col in ["T", "k", "n", "errors", "follow-up [95% CI]", "grounded [95% CI]", "distinct", "templates",
-                *[short[label] for label in LABELS]]:
-        table.add_column(col, justify="right")
+    model = Path(str(result.get("model", ""))).name  # a path's last part: the title stays on one line at 80 columns
+    rates = Table(title=f"{model} · {result.get('task', '')} · {result['setting']} · "
+                        f"{result['n_prompts']} prompts", box=box.SIMPLE_HEAD,
+                  show_lines=True, show_edge=False, collapse_padding=True)
+    shares = Table(title="Share of each label", box=box.SIMPLE_HEAD, show_edge=False, collapse_padding=True)
+    for table, cols in ((rates, ["T", "k", "n", "errors", "follow-up\n[95% CI]", "grounded\n[95% CI]", "distinct",
+                                 "templates"]),
+                        (shares, ["T", *[short[label] for label in LABELS]])):
+        for col in cols:
+            table.add_column(col, justify="right")
     labeler = result.get("labeler", "rules")
     for entry in result["settings"]:
         # With both labelers, a second line per temperature holds the judge's figures.
         for name, s in (("judge" if labeler == "judge" else "rules", entry), ("judge", entry.get("judge"))):
             if s is None:
                 continue
-            tag = "" if labeler == "rules" else f" {name}"
-            table.add_row(f"{s['temperature']:g}{tag}", str(s["samples"]), str(s["n"]), str(s["errors"]),
-                          rate_with_ci(s["followup_rate"], s["ci95"]),
-                          rate_with_ci(s.get("grounded_followup_rate"), s.get("grounded_ci95")),
-                          *["-" if s.get(k) is None else f"{s[k]:.2f}" for k in ("distinct_followups",
-                                                                                  "distinct_templates")],
-                          *[f"{s['categories'][label]:.2f}" for label in LABELS])
+            t = f"{s['temperature']:g}{'' if labeler == 'rules' else ' ' + name}"
+            rates.add_row(t, str(s["samples"]), str(s["n"]), str(s["errors"]),
+                          rate_ci(s["followup_rate"], s["ci95"]),
+                          rate_ci(s.get("grounded_followup_rate"), s.get("grounded_ci95")),
+                          *["-" if s.get(k) is None else f"{s[k]:.3f}" for k in ("distinct_followups",
+                                                                                  "distinct_templates")])
+            shares.add_row(t, *[f"{s['categories'][label]:.2f}" for label in LABELS])
+    return [rates, shares] if result["settings"] else []
+
+
+def print_table(result: dict) -> None:
+    from rich.console import Console
+
     console = Console()
-    if result["settings"]:
+    for table in probe_tables(result):
         console.print(table)
     if result["accuracy"] is not None:
         console.print(f"accuracy {result['accuracy']:.3f}  (lm-eval strict-match {result['accuracy_strict']:.3f}, "
