@@ -114,3 +114,8 @@ def test_a_question_specific_to_a_kind_of_problem_is_not_rewarded(reward, tokeni
     assert score(generic, [change]) < LABEL_REWARD["grounded"]
     assert score(generic, [change, other_age]) < LABEL_REWARD["grounded"]
     assert score("How did you get 54 years?", [change, other_age]) == LABEL_REWARD["grounded"]
+    # Partial credit, a step towards reacting: specific to its conversation against every control, answer aside.
+    assert score(generic, [change]) == LABEL_REWARD["specific"]  # against the one control it fits this story only
+    assert score(generic, [change, other_age]) == 0.0  # it fits the other age problem as well
+    assert score("What if Noah was 8 instead of 6?", [change, other_age]) == LABEL_REWARD["specific"]
+    assert LABEL_REWARD["followup"] < LABEL_REWARD["specific"] < LABEL_REWARD["grounded"]

@@ -7,8 +7,9 @@ function returns one float per completion, or None where it does not apply (TRL 
 logs each function's mean as `rewards/<name>/mean`.
 
 - [`UserTurnReward`]: the user-turn probe's verdict as a reward: +1 for a follow-up grounded against every
-  mismatched context of its row (`grounding.CONTROLS`), 0 for one that fits any
-  answer, for thanks and for a new topic, and -1 for identity drift, repetition, empty or degenerate turns.
+  mismatched context of its row (`grounding.CONTROLS`), +0.5 for one specific to its conversation against every
+  control that takes nothing from its answer (a step towards reacting to it), 0 for one that fits any answer, for
+  thanks and for a new topic, and -1 for identity drift, repetition, empty or degenerate turns.
 - [`LengthGuard`]: a penalty for user turns longer than a budget, so a turn cannot gain by padding.
 - [`accuracy`]: 1 for a correct answer to an anchor problem (`tasks.gsm8k.is_correct`), 0 otherwise.
 """
@@ -21,7 +22,11 @@ from .tasks import gsm8k
 # break it down for me?") earns what a new topic or thanks earn: with 0.25 for it (and -0.25 for a new topic), the
 # testbed's greedy turn became one such question for 187 of 200 prompts by step 100 (grounded rate 0.02), because
 # every group whose samples held no grounded follow-up still rewarded the generic one over the rest.
-LABEL_REWARD = {"grounded": 1.0, "followup": 0.0, "acknowledgement": 0.0, "new_topic": 0.0,
+# A turn specific to its conversation but not to its answer ("What if Noah was 8?") earns half: with 0 for it, once the
+# grounded decision asked a turn to react to its answer (issue 17), seed 0's greedy turn stayed a new topic for 200
+# steps (T=1.0 grounded 0.039 -> 0.064); with half, the greedy turn becomes a follow-up by step 150 and the selected
+# checkpoint is grounded 0.37 (recipes/README.md). It is no generic question, so hack 1 below does not come back.
+LABEL_REWARD = {"grounded": 1.0, "specific": 0.5, "followup": 0.0, "acknowledgement": 0.0, "new_topic": 0.0,
                 "identity_drift": -1.0, "repetition": -1.0, "empty": -1.0, "degenerate": -1.0}
 
 
@@ -53,8 +58,11 @@ class UserTurnReward:
                 continue
             turn = self.turn(text, ids)
             verdict = classify_turn(q, a, turn)
-            if verdict.is_followup and grounded_in(q, a, turn, [tuple(c) for c in others], verdict):
+            others = [tuple(c) for c in others]
+            if verdict.is_followup and grounded_in(q, a, turn, others, verdict):
                 rewards.append(LABEL_REWARD["grounded"])
+            elif verdict.is_followup and grounded_in(q, a, turn, others, verdict, reacts=False):
+                rewards.append(LABEL_REWARD["specific"])
             else:
                 rewards.append(LABEL_REWARD[verdict.label])
         return rewards

@@ -178,6 +178,7 @@ def is_grounded(
     *,
     verdict: Verdict | None = None,
     finish_reason: str | None = None,
+    reacts: bool = True,
 ) -> Grounding:
     """Decide whether `user_turn` is a grounded follow-up of `(query, answer)`, with `(other_query, other_answer)` as
     the mismatched context (see the module docstring for the definition).
@@ -191,6 +192,10 @@ def is_grounded(
             The turn's verdict in its own conversation, when already computed.
         finish_reason (`str`, *optional*):
             Passed on to `classify_turn`.
+        reacts (`bool`, *optional*, defaults to `True`):
+            Whether the turn must react to its answer (condition 3). False gives the weaker decision of before issue
+            17, a follow-up specific to its conversation (the query's story included), which GRPO's reward pays in
+            part as a step towards the full one (`rewards.LABEL_REWARD`); the probe never uses it.
 
     Returns:
         [`Grounding`]
@@ -208,7 +213,7 @@ def is_grounded(
     missing = _missing_number(user_turn, query, answer)
     if missing:
         return Grounding(False, mismatch, f"asks about {missing}, which its conversation never says")
-    reacts = _reacts_to_answer(query, answer, user_turn)
+    reacts = _reacts_to_answer(query, answer, user_turn) if reacts else "specific to its conversation"
     if not reacts:
         return Grounding(False, mismatch, "would follow any answer to its query: takes nothing from its own answer")
     if mismatch != "followup":
@@ -229,12 +234,14 @@ CONTROLS = 3
 
 
 def grounded_in(query: str, answer: str, turn: str, controls: list[tuple[str, str]],
-                verdict: Verdict | None = None) -> bool:
+                verdict: Verdict | None = None, reacts: bool = True) -> bool:
     """Whether `turn` is a grounded follow-up of (query, answer) against every mismatched context of `controls`;
-    `verdict`, the turn's verdict in its own conversation when already computed, saves classifying it per control."""
+    `verdict`, the turn's verdict in its own conversation when already computed, saves classifying it per control;
+    `reacts` as for `is_grounded`."""
     if verdict is None:
         verdict = classify_turn(query, answer, turn)
-    return bool(controls) and all(is_grounded(query, answer, turn, *c, verdict=verdict).grounded for c in controls)
+    return bool(controls) and all(is_grounded(query, answer, turn, *c, verdict=verdict, reacts=reacts).grounded
+                                  for c in controls)
 
 
 def ground_rows(rows: Sequence[Mapping], seed: int = 0, verdicts: Sequence[Verdict] | None = None) -> list[Grounding]:
