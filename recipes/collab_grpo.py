@@ -5,9 +5,9 @@ training, or the data's with `--prompt_setting heldout`) cut at the user header 
 `anchor_share` of ordinary problems that the policy answers (`uturn_train/rl_data.py`). Generation stops at the
 template's end of turn and at any role header. Rewards (`uturn_train/rewards.py`, weights in `reward_weights`): the
 probe's verdict on the user turn (+1 grounded follow-up, +0.5 one specific to its conversation but not to its answer,
-0 a follow-up that fits any answer, a new topic or thanks, -1 drift, repetition, empty or degenerate), a length guard, and GSM8K-style correctness on the anchors; TRL logs each as
-`rewards/<name>/mean`. LoRA, the user-turn probe at step 0 and at every save, and at the end a table of the probe
-history and `output_dir/probe_history.png`.
+0 a follow-up that fits any answer, a new topic or thanks, -1 drift, repetition, empty or degenerate), a length guard,
+and GSM8K-style correctness on the anchors; TRL logs each as `rewards/<name>/mean`. LoRA, the user-turn probe at step
+0 and at every save, and at the end a table of the probe history and `output_dir/probe_history.png`.
 
 # The testbed on a CPU (builds the testbed first if it is missing)
 ```bash

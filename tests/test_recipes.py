@@ -143,8 +143,11 @@ def test_collab_grpo_rewards_user_turns_and_anchors(tiny_qwen_dir, data, tmp_pat
     assert (out / "probe_history.png").stat().st_size > 0
     from safetensors.torch import load_file
 
-    weights = load_file(out / "adapter_model.safetensors")
+    weights = load_file(out / "checkpoint-4" / "adapter_model.safetensors")
     assert any(w.abs().sum() > 0 for k, w in weights.items() if "lora_B" in k)  # B starts at zero: it trained
+    # The YAML's rule chose the final adapter among the probed checkpoints (not necessarily the last one).
+    selection = json.loads((out / "selection.json").read_text())
+    assert selection["rule"]["select_metric"] == "grounded_followup_rate_T0" and selection["step"] in (2, 4)
     state = json.loads((out / "checkpoint-4" / "trainer_state.json").read_text())
     logged = {k for h in state["log_history"] for k in h}
     assert {"rewards/user_turn/mean", "rewards/length_guard/mean", "rewards/accuracy/mean"} <= logged

@@ -24,8 +24,9 @@ from .tasks import gsm8k
 # every group whose samples held no grounded follow-up still rewarded the generic one over the rest.
 # A turn specific to its conversation but not to its answer ("What if Noah was 8?") earns half: with 0 for it, once the
 # grounded decision asked a turn to react to its answer (issue 17), seed 0's greedy turn stayed a new topic for 200
-# steps (T=1.0 grounded 0.039 -> 0.064); with half, the greedy turn becomes a follow-up by step 150 and the selected
-# checkpoint is grounded 0.37 (recipes/README.md). It is no generic question, so hack 1 below does not come back.
+# steps (T=1.0 grounded 0.039 -> 0.064); with half, it becomes a follow-up between steps 150 and 225 on seeds 0-2, and
+# their selected checkpoints are grounded 0.37-0.44 (recipes/README.md). Such a turn is no generic question: hack 1
+# of recipes/README.md does not come back.
 LABEL_REWARD = {"grounded": 1.0, "specific": 0.5, "followup": 0.0, "acknowledgement": 0.0, "new_topic": 0.0,
                 "identity_drift": -1.0, "repetition": -1.0, "empty": -1.0, "degenerate": -1.0}
 
