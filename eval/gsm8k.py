@@ -32,7 +32,10 @@ def main(args: Gsm8kScriptArguments, settings: ProbeSettings) -> dict:
     state = distributed_state()
     with state.main_process_first():  # one process builds or fetches a named model if it is missing
         resolve(args)
-    return run_probe_job(args, replace(settings, temperatures=[]), state=state)  # answers only, no user turns
+    try:
+        return run_probe_job(args, replace(settings, temperatures=[]), state=state)  # answers only, no user turns
+    finally:  # without it gloo's threads can abort the exit (SIGABRT), pytorch/pytorch#190489
+        state.destroy_process_group()
 
 
 def make_parser():

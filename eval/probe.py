@@ -28,7 +28,10 @@ def main(args: ProbeScriptArguments, settings: ProbeSettings) -> dict:
     state = distributed_state()
     with state.main_process_first():  # one process builds or fetches a named model if it is missing
         resolve(args)
-    return run_probe_job(args, settings, state=state)
+    try:
+        return run_probe_job(args, settings, state=state)
+    finally:  # without it gloo's threads can abort the exit (SIGABRT), pytorch/pytorch#190489
+        state.destroy_process_group()
 
 
 def make_parser():
