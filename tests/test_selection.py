@@ -39,6 +39,7 @@ def test_rule_on_hand_made_histories():
     assert [(c["step"], c["eligible"]) for c in choice["checkpoints"]] == [(0, False), (20, True), (40, False),
                                                                            (60, True)]  # the failed probe is left out
     assert choice["rule"] == {"select_metric": "grounded_followup_rate_T0", "select_max_accuracy_drop": 0.05,
+                              "select_min_distinct": None,
                               "text": "the highest grounded_followup_rate_T0 among the checkpoints whose accuracy is "
                                       "at most 0.05 below step 0's"}
     # No margin: the highest rate; a step without a checkpoint (a probe at an evaluation) is never chosen.
@@ -56,6 +57,35 @@ def test_rule_on_hand_made_histories():
     # A rule built in Python around `from_args`: `accuracy_T0` is not taken for accuracy, so it chooses nothing.
     assert SelectionRule("accuracy_T0").figure == ("accuracy_T0", None)
     assert choose_checkpoint(HISTORY, SelectionRule("accuracy_T0"), SAVED)["step"] is None
+
+
+def test_a_distinct_share_rules_out_one_question_asked_of_every_prompt():
+    # GRPO seed 0 from scratch (recipes/README.md): step 250 has the higher greedy grounded rate, but 81% of its greedy
+    # follow-ups repeat another's text; step 175 is the last with a quarter distinct.
+    history = [record(0, 0.575, 0.0), record(175, 0.57, 0.37), record(250, 0.57, 0.38)]
+    for r, distinct in zip(history, (None, 0.25, 0.19)):
+        r["settings"][0]["distinct_followups"] = distinct
+    rule = SelectionRule("grounded_followup_rate_T0", 0.05, 0.25)
+    choice = choose_checkpoint(history, rule, {175, 250})
+    assert (choice["step"], choice["value"]) == (175, 0.37)
+    assert [(c["step"], c["distinct"], c["eligible"]) for c in choice["checkpoints"]] == [
+        (0, None, False), (175, 0.25, True), (250, 0.19, False)]
+    assert choice["rule"]["text"] == ("the highest grounded_followup_rate_T0 among the checkpoints whose accuracy is "
+                                      "at most 0.05 below step 0's and whose greedy follow-ups are at least 0.25 "
+                                      "distinct")
+    assert choose_checkpoint(history, RULE, {175, 250})["step"] == 250  # without the share
+    assert choose_checkpoint(HISTORY, rule, SAVED)["step"] is None  # no distinct share recorded: nothing qualifies
+
+
+@pytest.mark.parametrize(("distinct", "temperatures", "error"), [
+    (1.5, [0.0, 1.0], r"--select_min_distinct 1.5: expected a share in \[0, 1\]"),
+    (0.25, [1.0], "--select_min_distinct is of the greedy follow-ups: add 0 to --probe_temperatures"),
+])
+def test_bad_distinct_shares_fail_clearly(distinct, temperatures, error):
+    with pytest.raises(ValueError, match=error):
+        SelectionRule.from_args("grounded_followup_rate_T1", 0.05, temperatures, True, distinct)
+    with pytest.raises(ValueError, match="--select_min_distinct needs --select_metric"):
+        SelectionRule.from_args(None, None, temperatures, True, 0.25)
 
 
 @pytest.mark.parametrize(("metric", "drop", "graded", "error"), [

@@ -41,6 +41,8 @@ class ProbeArguments(prefixed("probe_")):
             [`~uturn_train.selection`]. Without it, the final model is the last step's.
         select_max_accuracy_drop (`float`, *optional*): with `select_metric`, only among the checkpoints whose
             accuracy is at most this much below step 0's.
+        select_min_distinct (`float`, *optional*): with `select_metric`, only among the checkpoints whose greedy
+            follow-ups are at least this share of distinct texts (`distinct_followups` at T=0).
     """
 
     probe_task: str = field(default="gsm8k", metadata={"help": "gsm8k, ifeval, ifbench, mtbench, oasst or testbed."})
@@ -54,6 +56,8 @@ class ProbeArguments(prefixed("probe_")):
                                       "highest value of this, e.g. grounded_followup_rate_T0 (default: the last)."})
     select_max_accuracy_drop: float | None = field(default=None, metadata={"help": "With select_metric: only among "
                                                    "checkpoints at most this far below step 0's accuracy."})
+    select_min_distinct: float | None = field(default=None, metadata={"help": "With select_metric: only among "
+                                              "checkpoints whose greedy follow-ups are at least this share distinct."})
 
 
 def _calling_trainer(callback) -> Trainer:
@@ -135,7 +139,7 @@ class UserTurnProbeCallback(TrainerCallback):
         self.judge = make_judge(self.settings)
         graded = self.settings.setting == "self" and any(ex.gold is not None for ex in self.examples)
         self.rule = SelectionRule.from_args(probe_args.select_metric, probe_args.select_max_accuracy_drop,
-                                            self.settings.temperatures, graded)
+                                            self.settings.temperatures, graded, probe_args.select_min_distinct)
         if self.rule is not None and not probe_args.probe_on_save:
             raise ValueError("--select_metric chooses among the checkpoints the probe sees: keep --probe_on_save")
         if self.rule is not None and self.rule.max_accuracy_drop is not None and not probe_args.probe_at_start:

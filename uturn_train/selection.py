@@ -2,10 +2,12 @@
 
     select_metric: grounded_followup_rate_T0    # the highest greedy grounded follow-up rate among the probed
     select_max_accuracy_drop: 0.05              # checkpoints whose accuracy is at most 0.05 below step 0's
+    select_min_distinct: 0.25                   # and whose greedy follow-ups are at least 25% distinct texts
 
 `select_metric` is `accuracy` or a probe figure at a probed temperature: `followup_rate_T<t>`,
 `grounded_followup_rate_T<t>`, `distinct_followups_T<t>` or `distinct_templates_T<t>` (`T0` greedy, `T1` = T=1.0);
-accuracy, of the greedy answers, takes no suffix. `select_max_accuracy_drop` needs step 0's probe (`probe_at_start`).
+accuracy, of the greedy answers, takes no suffix. `select_max_accuracy_drop` needs step 0's probe (`probe_at_start`);
+`select_min_distinct` a greedy probe (`distinct_followups` at T=0: one question asked of every prompt is no win).
 Ties go to the higher accuracy, then the earlier step. When no checkpoint meets the rule, the final adapter stays the
 last step's and `selection.json` says so.
 
@@ -36,20 +38,27 @@ _EPS = 1e-9  # 0.575 - 0.05 is 0.5249999...: an accuracy of 0.525 meets a 0.05 m
 @dataclass(frozen=True)
 class SelectionRule:
     """`metric` (see the module docstring) to maximise over the probed checkpoints, among those whose accuracy is at
-    most `max_accuracy_drop` below step 0's (any, when None)."""
+    most `max_accuracy_drop` below step 0's and whose greedy `distinct_followups` is at least `min_distinct` (any,
+    when None)."""
 
     metric: str
     max_accuracy_drop: float | None = None
+    min_distinct: float | None = None
 
     @classmethod
-    def from_args(cls, metric: str | None, max_accuracy_drop: float | None,
-                  temperatures: list[float], graded: bool) -> "SelectionRule | None":
+    def from_args(cls, metric: str | None, max_accuracy_drop: float | None, temperatures: list[float], graded: bool,
+                  min_distinct: float | None = None) -> "SelectionRule | None":
         """The rule of the `select_*` options, checked against the probe; None without `select_metric`."""
         if metric is None:
-            if max_accuracy_drop is not None:
-                raise ValueError("--select_max_accuracy_drop needs --select_metric (what to maximise under it)")
+            for name, value in (("max_accuracy_drop", max_accuracy_drop), ("min_distinct", min_distinct)):
+                if value is not None:
+                    raise ValueError(f"--select_{name} needs --select_metric (what to maximise under it)")
             return None
-        rule = cls(metric, max_accuracy_drop)
+        if min_distinct is not None and not 0 <= min_distinct <= 1:
+            raise ValueError(f"--select_min_distinct {min_distinct}: expected a share in [0, 1]")
+        if min_distinct is not None and 0.0 not in temperatures:
+            raise ValueError("--select_min_distinct is of the greedy follow-ups: add 0 to --probe_temperatures")
+        rule = cls(metric, max_accuracy_drop, min_distinct)
         key, t = rule.figure
         probed = [f"T{x:g}" for x in temperatures]
         if metric.startswith("accuracy_"):  # accuracy is of the greedy answers: a suffix would be silently ignored
@@ -83,10 +92,16 @@ class SelectionRule:
         setting = next((s for s in record.get("settings") or [] if s["temperature"] == t), None)
         return None if setting is None else setting.get(key)
 
+    def distinct(self, record: dict) -> float | None:
+        greedy = next((s for s in record.get("settings") or [] if s["temperature"] == 0), None)
+        return None if greedy is None else greedy.get("distinct_followups")
+
     def describe(self) -> str:
-        drop = "" if self.max_accuracy_drop is None else \
-            f" among the checkpoints whose accuracy is at most {self.max_accuracy_drop:g} below step 0's"
-        return f"the highest {self.metric}{drop}"
+        terms = ([] if self.max_accuracy_drop is None else
+                 [f"whose accuracy is at most {self.max_accuracy_drop:g} below step 0's"]) + \
+                ([] if self.min_distinct is None else
+                 [f"whose greedy follow-ups are at least {self.min_distinct:g} distinct"])
+        return f"the highest {self.metric}" + (f" among the checkpoints {' and '.join(terms)}" if terms else "")
 
 
 def choose_checkpoint(records: list[dict], rule: SelectionRule, saved: set[int]) -> dict:
@@ -113,12 +128,14 @@ def choose_checkpoint(records: list[dict], rule: SelectionRule, saved: set[int])
         value, accuracy = rule.value(r), r["accuracy"]
         within = rule.max_accuracy_drop is None or (
             base is not None and accuracy is not None and accuracy >= base - rule.max_accuracy_drop - _EPS)
-        rows.append({"step": r["step"], "value": value, "accuracy": accuracy,
-                     "eligible": r["step"] in saved and value is not None and within})
+        distinct = rule.distinct(r)
+        varied = rule.min_distinct is None or (distinct is not None and distinct >= rule.min_distinct - _EPS)
+        rows.append({"step": r["step"], "value": value, "accuracy": accuracy, "distinct": distinct,
+                     "eligible": r["step"] in saved and value is not None and within and varied})
     eligible = [row for row in rows if row["eligible"]]
     best = max(eligible, key=lambda row: (row["value"], row["accuracy"] or 0.0, -row["step"]), default=None)
     return {"rule": {"select_metric": rule.metric, "select_max_accuracy_drop": rule.max_accuracy_drop,
-                     "text": rule.describe()},
+                     "select_min_distinct": rule.min_distinct, "text": rule.describe()},
             "step0_accuracy": base, "checkpoints": rows, "step": None if best is None else best["step"],
             "value": None if best is None else best["value"], "accuracy": None if best is None else best["accuracy"]}
 
