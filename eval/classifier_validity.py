@@ -157,8 +157,8 @@ def sources(shared_data: Path = SHARED_DATA) -> dict[str, list[Item]]:
     return out
 
 
-def _rate(rows: list[dict], seed: int, keep=None) -> float:
-    groundings = ground_rows(rows, seed)
+def _rate(rows: list[dict], seed: int, keep=None, scorer=None) -> float:
+    groundings = ground_rows(rows, seed, scorer=scorer)
     kept = [g.grounded for i, g in enumerate(groundings) if keep is None or keep(i)]
     return sum(kept) / len(kept)
 
@@ -190,6 +190,20 @@ def grounded_rates(shared_data: Path = SHARED_DATA, seed: int = 0, problems: int
             turn = f"What if it was {int(number) + 3} {noun} instead of {number}?"
             rows.append({"query": e.query, "answer": e.answer, "user_turn": turn})
     out["'What if it was <n+3> <noun> instead of <n>?' (GSM8K)"] = _rate(rows, seed)
+    return out
+
+
+def scorer_rates(scorer, shared_data: Path = SHARED_DATA, seed: int = 0) -> dict[str, float]:
+    """With `scorer` confirming grounded turns (`probe/scorer.py`): the rate of real users' OASST follow-ups and of
+    generic questions after OASST conversations."""
+    real = sources(shared_data)
+    real = real["OASST dev"] + real["OASST test"]
+    rows = [{"query": item.query, "answer": item.answer, "user_turn": item.turn} for item in real]
+    out = {"real follow-ups, own conversation (OASST), with the scorer":
+           _rate(rows, seed, lambda i: real[i].gold == "followup", scorer)}
+    contexts = list(dict.fromkeys((item.query, item.answer) for item in real))
+    rows = [{"query": q, "answer": a, "user_turn": turn} for q, a in contexts for turn in GENERIC_QUESTIONS]
+    out["generic questions after OASST conversations, with the scorer"] = _rate(rows, seed, scorer=scorer)
     return out
 
 
@@ -225,13 +239,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shared_data", type=Path, default=SHARED_DATA)
     parser.add_argument("--errors", choices=["dev"], help="print the mistakes on the dev half (OASST + constructed)")
+    parser.add_argument("--scorer", help="also the OASST rates with this scorer confirming grounded turns "
+                        "(smollm2-135m-instruct or a folder)")
     args = parser.parse_args()
     if not (args.shared_data / "README.md").exists():
         raise SystemExit(f"real data not found at {args.shared_data}: pass --shared_data (see its README)")
     by_source = sources(args.shared_data)
     print(table(by_source))
     print("\n| grounded follow-up rate of | rate |\n|---|---|")
-    for name, rate in grounded_rates(args.shared_data).items():
+    rates = grounded_rates(args.shared_data)
+    if args.scorer:
+        from uturn_train.probe.scorer import load_scorer
+        from uturn_train.zoo import resolve
+
+        resolve(args)
+        rates |= scorer_rates(load_scorer(args.scorer), args.shared_data)
+    for name, rate in rates.items():
         print(f"| {name} | {rate:.3f} |")
     if args.errors:
         for item, predicted in scores(by_source["OASST dev"] + by_source["constructed dev"])["errors"]:

@@ -20,7 +20,8 @@ on the test split, and the cost per 1,000 turns. Measured with SmolLM2-135M-Inst
 CPU capability AVX2, 2 threads): median PMI 0.72 (dev) and 0.33 (test) on grounded follow-ups against 0.11-0.18 on
 the other labels, whose top tenth reaches 0.3-0.7; PMI >= 0.5 and coherence >= -3.0 (chosen on dev) raise grounded
 precision on the test split from 0.10 to 0.57 at recall 0.36 (7 turns kept); 1.37 s per turn (two forward passes of
-up to 816 tokens), 23 min per 1,000 turns. Not adopted: the README says why (issue 17).
+up to 816 tokens), 23 min per 1,000 turns. What was adopted instead, as an option: `--scorer`
+(`uturn_train/probe/scorer.py`), whose control keeps the query and changes the answer (README, A real model).
 """
 
 import argparse

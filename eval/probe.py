@@ -27,7 +27,7 @@ def main(args: ProbeScriptArguments, settings: ProbeSettings) -> dict:
 
     state = distributed_state()
     with state.main_process_first():  # one process builds or fetches a named model if it is missing
-        resolve(args)
+        resolve(args, settings)
     try:
         return run_probe_job(args, settings, state=state)
     finally:  # without it gloo's threads can abort the exit (SIGABRT), pytorch/pytorch#190489

@@ -14,6 +14,7 @@ per task and temperature, each prompt's mismatched context another prompt's, pai
 import argparse
 import hashlib
 import json
+import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -57,15 +58,16 @@ def load(shared_data: Path = SHARED_DATA, labels_file: Path = LABELS_FILE) -> li
     return rows
 
 
-def predict(rows: list[dict], seed: int = 0) -> None:
-    """Adds `predicted` (the classifier's label) and `predicted_grounded` (the grounded decision) to every row."""
+def predict(rows: list[dict], seed: int = 0, scorer=None) -> None:
+    """Adds `predicted` (the classifier's label) and `predicted_grounded` (the grounded decision, confirmed by
+    `scorer` when given) to every row."""
     groups = defaultdict(list)
     for row in rows:
         verdict = classify_turn(row["query"], row["answer"], row["user_turn"], row.get("finish_reason"))
         row["predicted"], row["reason"] = verdict.label, verdict.reason
         groups[row["task"], row["temperature"]].append(row)
     for group in groups.values():
-        for row, g in zip(group, ground_rows(group, seed)):
+        for row, g in zip(group, ground_rows(group, seed, scorer=scorer)):
             row["predicted_grounded"], row["grounded_reason"] = g.grounded, g.reason
 
 
@@ -131,11 +133,26 @@ def main() -> None:
     parser.add_argument("--shared_data", type=Path, default=SHARED_DATA)
     parser.add_argument("--labels", type=Path, default=LABELS_FILE)
     parser.add_argument("--errors", choices=["dev"], help="print the dev split's mistakes")
+    parser.add_argument("--scorer", help="confirm grounded turns with this scorer model (smollm2-135m-instruct or a "
+                        "folder), as `uturn probe --scorer` does")
     args = parser.parse_args()
     if not (args.shared_data / "README.md").exists():
         raise SystemExit(f"real data not found at {args.shared_data}: pass --shared_data (see its README)")
     rows = load(args.shared_data, args.labels)
-    predict(rows)
+    scorer = None
+    if args.scorer:
+        import torch
+
+        from uturn_train.probe.scorer import load_scorer
+        from uturn_train.zoo import resolve
+
+        resolve(args)
+        scorer = load_scorer(args.scorer)
+        print(f"scorer {args.scorer}: min_gain {scorer.min_gain}, max_nll {scorer.max_nll}, "
+              f"CPU capability {torch.backends.cpu.get_cpu_capability()}, {torch.get_num_threads()} threads")
+    start = time.perf_counter()
+    predict(rows, scorer=scorer)
+    seconds = time.perf_counter() - start
     print(table(rows))
     print("\n| turns | n | follow-up read | probe | grounded read | probe |\n|---|---|---|---|---|---|")
     for name, r in (rates(rows) | rates(rows, "test")).items():
@@ -149,6 +166,8 @@ def main() -> None:
                       f"{'+g' if r['predicted_grounded'] else ''}] {r['row']}: {r['reason']} / {r['grounded_reason']}"
                       f"\nQ: {r['query'][-300:]!r}\nA: {r['answer'][:300]!r}...\nU: {r['user_turn'][:300]!r}"
                       + (f"\nnote: {r['note']}" if r.get("note") else ""))
+    print(f"\n{len(rows)} turns labelled in {seconds:.1f} s ({1000 * seconds / len(rows):.0f} s per 1,000)"
+          + (f"; the scorer read {scorer.scored} rule-grounded turns" if scorer else ""))
 
 
 if __name__ == "__main__":

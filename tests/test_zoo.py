@@ -213,7 +213,7 @@ def test_smollm2_probed_end_to_end(shared_data, tmp_path):
     probe = ["probe", "--model", "smollm2-135m-instruct", "--task", "gsm8k", "--data",
              str(shared_data / "gsm8k" / "test.jsonl"), "--limit", "3", "--setting", "self",
              "--temperatures", "0", "1.0", "--samples", "2", "--max_new_tokens", "24", "--answer_max_new_tokens", "48",
-             "--out", str(out)]
+             "--scorer", "smollm2-135m-instruct", "--out", str(out)]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}  # one thread: the machine may be shared
     proc = subprocess.run([sys.executable, "-c", "from uturn_train.cli import main; main()", *probe], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=600)
@@ -225,6 +225,11 @@ def test_smollm2_probed_end_to_end(shared_data, tmp_path):
     assert [s["n"] for s in results["settings"]] == [3, 6]  # greedy: one turn per prompt; T=1.0: 2 per prompt
     rows = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     assert len(rows) == 9 and all(r["label"] in LABELS for r in rows)
+    # The scorer (a name, resolved like --model) read the rule-grounded turns: grounded only where it found no reason.
+    assert results["scorer"]["model"] == str(path) and results["scorer"]["turns_scored"] == sum(
+        r["scorer_gain"] is not None for r in rows)
+    assert all(r["grounded"] == (r["scorer_reason"] is None) for r in rows if r["scorer_gain"] is not None)
+    assert not any(r["grounded"] for r in rows if r["scorer_gain"] is None)
     # The user turn is generated after SmolLM2's own ChatML user header, its answer and default system prompt before.
     assert all(r["user_prompt"].endswith("<|im_start|>user\n") and "named SmolLM" in r["user_prompt"]
                for r in rows)

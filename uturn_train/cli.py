@@ -1,7 +1,7 @@
 """`uturn`: the command line.
 
     uturn probe --model testbed --task testbed --limit 200 --temperatures 0 1.0 --samples 4 --out probe_out
-    uturn classify --input turns.jsonl --output labelled.jsonl
+    uturn classify --input turns.jsonl --output labelled.jsonl [--scorer smollm2-135m-instruct]
     uturn testbed build [--out DIR] [--force] [--seed N]
     uturn mine --model testbed --mine_source testbed --mine_limit 256 --out pairs
     uturn agreement --input labelled.jsonl [--judge_base_url URL --judge_model M] [--out DIR]
@@ -25,22 +25,24 @@ def _probe(argv: list[str]) -> None:
 
     parser = TrlParser((ProbeScriptArguments, ProbeSettings), prog="uturn probe")
     args, settings = parser.parse_args_and_config(argv)
-    resolve(args)
+    resolve(args, settings)
     run_probe_job(args, settings)
 
 
-def classify_file(input_path: str, output_path: str, seed: int = 0) -> list[dict]:
+def classify_file(input_path: str, output_path: str, seed: int = 0, scorer: str | None = None) -> list[dict]:
     """Label every row (`query`, `answer`, `user_turn`, optional `finish_reason`) of a jsonl file; atomic output.
 
     Each row gains `label` and `reason`, and `grounded` and `mismatch_label` (see `probe/grounding.py`), the mismatched
     contexts drawn from the file's other rows with `seed`; both are null when the file holds one context only, where
-    grounded is undefined. Returns the labelled rows.
+    grounded is undefined. `scorer`, a model folder, must confirm each grounded turn (`probe/scorer.py`). Returns the
+    labelled rows.
     """
     from pathlib import Path
 
     from .io import ensure_writable_dir, read_jsonl, write_jsonl
     from .probe.classify import Verdict, classify_turn
     from .probe.grounding import ground_rows
+    from .probe.scorer import load_scorer
 
     if not Path(input_path).is_file():
         raise ValueError(f"--input {input_path} is not a file: pass a jsonl of rows with query, answer and user_turn")
@@ -52,7 +54,8 @@ def classify_file(input_path: str, output_path: str, seed: int = 0) -> list[dict
     if not rows:
         raise ValueError(f"{input_path} holds no rows")
     try:
-        groundings = ground_rows(rows, seed, verdicts=[Verdict(r["label"], r["reason"]) for r in rows])
+        groundings = ground_rows(rows, seed, verdicts=[Verdict(r["label"], r["reason"]) for r in rows],
+                                 scorer=load_scorer(scorer) if scorer else None)
     except ValueError as e:  # one context: nothing to mismatch it with, and grounded is undefined
         logging.getLogger(__name__).warning("%s: grounded is undefined (%s)", input_path, e)
         groundings = [None] * len(rows)
@@ -68,8 +71,13 @@ def _classify(argv: list[str]) -> None:
     parser.add_argument("--output", required=True,
                         help="jsonl: the input rows plus label, reason, grounded and mismatch_label")
     parser.add_argument("--seed", type=int, default=0, help="seed pairing each context with another row's (grounded)")
+    parser.add_argument("--scorer", help="a model that must confirm each grounded turn (smollm2-135m-instruct or a "
+                        "folder; README: A real model)")
     args = parser.parse_args(argv)
-    rows = classify_file(args.input, args.output, seed=args.seed)
+    from .zoo import resolve
+
+    resolve(args)
+    rows = classify_file(args.input, args.output, seed=args.seed, scorer=args.scorer)
     n = len(rows)
     print(f"{n} turns -> {args.output}")
     for label, c in Counter(r["label"] for r in rows).most_common():

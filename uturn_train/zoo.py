@@ -42,7 +42,7 @@ __all__ = ["SMOLLM2", "FetchError", "convert_gguf", "fetch_smollm2", "resolve"]
 
 # The options of the parsed dataclasses that name a local model. `judge_model` and `served_model` name models on a
 # server, which are never loaded here.
-MODEL_OPTIONS = ("model", "model_name_or_path")
+MODEL_OPTIONS = ("model", "model_name_or_path", "scorer", "probe_scorer")
 
 SMOLLM2 = {
     "name": "smollm2-135m-instruct",
@@ -71,7 +71,7 @@ class FetchError(ValueError):
 def resolve(*configs) -> None:
     """Replace the model names this module knows in `configs` (parsed dataclasses) by model folders.
 
-    `testbed` goes to [`uturn_train.testbed.resolve`]; `model` / `model_name_or_path` equal to
+    `testbed` goes to [`uturn_train.testbed.resolve`]; `model` / `model_name_or_path` (and a probe's `scorer`) equal to
     `smollm2-135m-instruct` become its converted folder (fetched and converted if missing), a `.gguf` file or a folder
     holding exactly one become the file's converted folder. Other values are left as they are. Under several processes,
     call it on every one inside `main_process_first`, so that one fetches or converts while the others wait.

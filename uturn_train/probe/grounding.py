@@ -244,7 +244,8 @@ def grounded_in(query: str, answer: str, turn: str, controls: list[tuple[str, st
                                   for c in controls)
 
 
-def ground_rows(rows: Sequence[Mapping], seed: int = 0, verdicts: Sequence[Verdict] | None = None) -> list[Grounding]:
+def ground_rows(rows: Sequence[Mapping], seed: int = 0, verdicts: Sequence[Verdict] | None = None,
+                scorer=None) -> list[Grounding]:
     """`is_grounded` for every row (`query`, `answer`, `user_turn`, optional `finish_reason`) of a file or a probe.
 
     The rows' distinct `(query, answer)` contexts are paired by `derangement(n, seed)`: every turn of one context is
@@ -257,6 +258,8 @@ def ground_rows(rows: Sequence[Mapping], seed: int = 0, verdicts: Sequence[Verdi
             Seed of the pairing.
         verdicts (`Sequence[Verdict]`, *optional*):
             The rows' verdicts in their own conversations, when already computed.
+        scorer ([`~uturn_train.probe.scorer.AnswerScorer`], *optional*):
+            Must confirm each grounded turn against the same query with its mismatched context's answer.
 
     Raises:
         ValueError: when the rows hold fewer than 2 distinct contexts (the grounded decision is undefined).
@@ -268,14 +271,14 @@ def ground_rows(rows: Sequence[Mapping], seed: int = 0, verdicts: Sequence[Verdi
         )
     index = {context: i for i, context in enumerate(contexts)}
     other = derangement(len(contexts), seed)
-    return [
-        is_grounded(
-            row["query"],
-            row["answer"],
-            row["user_turn"],
-            *contexts[other[index[row["query"], row["answer"]]]],
-            verdict=verdicts[i] if verdicts is not None else None,
-            finish_reason=row.get("finish_reason"),
-        )
-        for i, row in enumerate(rows)
-    ]
+    groundings = []
+    for i, row in enumerate(rows):
+        query, answer, turn = row["query"], row["answer"], row["user_turn"]
+        other_query, other_answer = contexts[other[index[query, answer]]]
+        g = is_grounded(query, answer, turn, other_query, other_answer,
+                        verdict=verdicts[i] if verdicts is not None else None, finish_reason=row.get("finish_reason"))
+        if g.grounded and scorer is not None:
+            rejected = scorer.rejects(scorer.score(query, answer, turn, other_answer))
+            g = Grounding(False, g.mismatch_label, rejected) if rejected else g
+        groundings.append(g)
+    return groundings

@@ -12,7 +12,8 @@ Generation runs locally ([`~uturn_train.generation.generate`]) or, given a `clie
 ([`~uturn_train.server.CompletionsClient`]), through a server, from the same rendered prompts. A request that failed
 for good is an *error row*: `label` None, `finish_reason` "error", the reason in `error`; a prompt whose answer failed
 (`answer_error`) gets error rows for all its user turns. Error rows are counted (`errors` per temperature,
-`answer_errors`) and left out of every rate. Labels come from the rules, an LLM judge or both (`settings.labeler`,
+`answer_errors`) and left out of every rate. With `settings.scorer` a fixed model must confirm each grounded turn
+([`~uturn_train.probe.scorer`]). Labels come from the rules, an LLM judge or both (`settings.labeler`,
 see [`~uturn_train.probe.labels`]).
 """
 
@@ -27,6 +28,7 @@ from .classify import classify_turn
 from .grounding import derangement, is_grounded
 from .labels import judge_rows, judge_summary, make_judge
 from .metrics import across_temperatures, summarize_setting
+from .scorer import confirm_grounded, load_scorer
 from .settings import ProbeSettings
 
 
@@ -177,7 +179,7 @@ def _rows(examples: list[Example], answers: list[dict], generated: list[dict], s
 
 
 def run_probe(model, tokenizer, examples: list[Example], settings: ProbeSettings | None = None, *, state=None,
-              disable_progress: bool = False, client=None, judge=None) -> ProbeRun:
+              disable_progress: bool = False, client=None, judge=None, scorer=None) -> ProbeRun:
     """Probe `model` on `examples`; see the module docstring.
 
     Args:
@@ -188,6 +190,8 @@ def run_probe(model, tokenizer, examples: list[Example], settings: ProbeSettings
             locally (one process: the server does the batching).
         judge ([`~uturn_train.probe.judge.Judge`], *optional*): the judge for `settings.labeler` `judge` or `both`;
             made from `settings` (on the main process) when not given.
+        scorer ([`~uturn_train.probe.scorer.AnswerScorer`], *optional*): confirms the grounded turns; loaded from
+            `settings.scorer` (a folder) when not given.
     """
     settings = settings or ProbeSettings()
     if not examples:
@@ -210,6 +214,11 @@ def run_probe(model, tokenizer, examples: list[Example], settings: ProbeSettings
                         "answer_error": g["answer_error"], "gold": ex.gold,
                         **_graded(ex, g["answer"], settings.setting, g["answer_error"] is not None)})
     rows = _rows(examples, answers, generated, settings, role_header_starts(tokenizer))
+    scored = None
+    if settings.scorer or scorer is not None:
+        scorer = scorer or load_scorer(settings.scorer, None if model is None else str(model.device))
+        scored = {"model": settings.scorer, "min_gain": scorer.min_gain, "max_nll": scorer.max_nll,
+                  "turns_scored": confirm_grounded(rows, answers, scorer, state)}
     judged = judge_rows(rows, settings, judge, state=state, disable_progress=not show)
 
     summaries = []
@@ -234,6 +243,8 @@ def run_probe(model, tokenizer, examples: list[Example], settings: ProbeSettings
         "settings": summaries,
         **across_temperatures(summaries),
     }
+    if scored is not None:
+        summary["scorer"] = scored
     if client is not None:
         summary["server"] = {"flavour": client.flavour, "requests": client.endpoint.attempts - sent[0],
                              "errors": client.errors - sent[1]}

@@ -45,6 +45,10 @@ class ProbeSettings:
             the judge's key (the key itself is never an option, nor written anywhere).
         judge_concurrency (`int`, *optional*, defaults to `4`): judge requests in flight at once.
         judge_cache_dir (`str`, *optional*): the judge's verdict cache; defaults to `$UTURN_HOME/judge_cache`.
+        scorer (`str`, *optional*): a fixed model (folder, `.gguf`, or `smollm2-135m-instruct`) whose likelihoods
+            must confirm that a rule-grounded turn reacts to its own answer (`probe/scorer.py`). After open-ended
+            answers the rules over-count a real model's grounded turns and the scorer under-counts them: report both
+            (README, A real model).
     """
 
     setting: str = field(default="self", metadata={"help": "self (the model answers first) or heldout."})
@@ -63,6 +67,9 @@ class ProbeSettings:
     judge_concurrency: int = field(default=4, metadata={"help": "Judge requests in flight at once."})
     judge_cache_dir: str | None = field(default=None,
                                         metadata={"help": "Judge verdict cache (default $UTURN_HOME/judge_cache)."})
+    scorer: str | None = field(default=None, metadata={
+        "help": "A fixed model whose likelihoods must confirm a grounded turn reacts to its answer "
+                "(smollm2-135m-instruct or a folder): a lower bound where the rules give an upper one (README)."})
 
     def __post_init__(self):
         if self.setting not in SETTINGS:
