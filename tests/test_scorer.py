@@ -105,3 +105,14 @@ def test_uturn_classify_takes_a_scorer(tiny_qwen_dir, tmp_path):
     expected = ground_rows(rows, 0, scorer=load_scorer(str(tiny_qwen_dir)))
     assert [json.loads(line)["grounded"] for line in dst.read_text().splitlines()] == [g.grounded for g in expected]
     assert load_scorer(str(tiny_qwen_dir)).scored >= sum(g.grounded for g in ground_rows(rows, 0)) > 0
+
+
+def test_a_scorer_that_cannot_load_fails_before_anything_is_written(tmp_path):
+    from uturn_train.cli import classify_file
+
+    src, dst = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    src.write_text(json.dumps({"query": QUERY, "answer": OWN, "user_turn": "How did you get 24?"}) + "\n"
+                   + json.dumps({"query": "Q2?", "answer": OTHER, "user_turn": "Why 20?"}) + "\n")
+    with pytest.raises(ValueError, match=r"^--scorer .*missing \(probe_scorer in a recipe\): could not load"):
+        classify_file(str(src), str(dst), scorer=str(tmp_path / "missing"))
+    assert not dst.exists()

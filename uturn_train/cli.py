@@ -47,6 +47,7 @@ def classify_file(input_path: str, output_path: str, seed: int = 0, scorer: str 
     if not Path(input_path).is_file():
         raise ValueError(f"--input {input_path} is not a file: pass a jsonl of rows with query, answer and user_turn")
     ensure_writable_dir(Path(output_path).parent, "--output's folder")
+    scorer = load_scorer(scorer) if scorer else None  # outside the try below: its errors must not read as "undefined"
     rows = []
     for row in read_jsonl(input_path, ("query", "answer", "user_turn")):
         verdict = classify_turn(row["query"], row["answer"], row["user_turn"], row.get("finish_reason"))
@@ -54,8 +55,7 @@ def classify_file(input_path: str, output_path: str, seed: int = 0, scorer: str 
     if not rows:
         raise ValueError(f"{input_path} holds no rows")
     try:
-        groundings = ground_rows(rows, seed, verdicts=[Verdict(r["label"], r["reason"]) for r in rows],
-                                 scorer=load_scorer(scorer) if scorer else None)
+        groundings = ground_rows(rows, seed, verdicts=[Verdict(r["label"], r["reason"]) for r in rows], scorer=scorer)
     except ValueError as e:  # one context: nothing to mismatch it with, and grounded is undefined
         logging.getLogger(__name__).warning("%s: grounded is undefined (%s)", input_path, e)
         groundings = [None] * len(rows)

@@ -26,8 +26,6 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from functools import lru_cache
 
-DEFAULT_SCORER = "smollm2-135m-instruct"
-
 
 @dataclass(frozen=True)
 class Score:
@@ -112,7 +110,11 @@ def load_scorer(path: str, device: str | None = None) -> AnswerScorer:
     """The scorer for a model folder (names are resolved by the entry points), loaded once per process."""
     from ..models import load_model, load_tokenizer
 
-    return AnswerScorer(load_model(path, dtype="float32", device=device), load_tokenizer(path))
+    try:
+        return AnswerScorer(load_model(path, dtype="float32", device=device), load_tokenizer(path))
+    except ValueError as e:
+        raise ValueError(f"--scorer {path} (probe_scorer in a recipe): {e}; pass a model folder, a .gguf file or "
+                         "smollm2-135m-instruct") from e
 
 
 def confirm_grounded(rows: list[dict], answers: list[dict], scorer: AnswerScorer, state=None) -> int:
