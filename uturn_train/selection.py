@@ -87,14 +87,10 @@ class SelectionRule:
 
     def value(self, record: dict) -> float | None:
         key, t = self.figure
-        if key == "accuracy":
-            return record.get("accuracy")
-        setting = next((s for s in record.get("settings") or [] if s["temperature"] == t), None)
-        return None if setting is None else setting.get(key)
+        return record.get("accuracy") if key == "accuracy" else _figure(record, key, t)
 
     def distinct(self, record: dict) -> float | None:
-        greedy = next((s for s in record.get("settings") or [] if s["temperature"] == 0), None)
-        return None if greedy is None else greedy.get("distinct_followups")
+        return _figure(record, "distinct_followups", 0.0)
 
     def describe(self) -> str:
         terms = ([] if self.max_accuracy_drop is None else
@@ -102,6 +98,11 @@ class SelectionRule:
                 ([] if self.min_distinct is None else
                  [f"whose greedy follow-ups are at least {self.min_distinct:g} distinct"])
         return f"the highest {self.metric}" + (f" among the checkpoints {' and '.join(terms)}" if terms else "")
+
+
+def _figure(record: dict, key: str, temperature: float | None) -> float | None:
+    setting = next((s for s in record.get("settings") or [] if s["temperature"] == temperature), None)
+    return None if setting is None else setting.get(key)
 
 
 def choose_checkpoint(records: list[dict], rule: SelectionRule, saved: set[int]) -> dict:

@@ -278,7 +278,7 @@ def ground_rows(rows: Sequence[Mapping], seed: int = 0, verdicts: Sequence[Verdi
         g = is_grounded(query, answer, turn, other_query, other_answer,
                         verdict=verdicts[i] if verdicts is not None else None, finish_reason=row.get("finish_reason"))
         if g.grounded and scorer is not None:
-            rejected = scorer.rejects(scorer.score(query, answer, turn, other_answer))
+            _, rejected = scorer.check(query, answer, turn, other_answer)
             g = Grounding(False, g.mismatch_label, rejected) if rejected else g
         groundings.append(g)
     return groundings

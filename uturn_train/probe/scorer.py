@@ -96,6 +96,11 @@ class AnswerScorer:
         self.scored += 1
         return Score(gain=self._nll(query, other_answer, ids) - own, nll=own)
 
+    def check(self, query: str, answer: str, turn: str, other_answer: str) -> tuple[Score, str | None]:
+        """The turn's `Score` and why it is not grounded (None: it stays grounded)."""
+        score = self.score(query, answer, turn, other_answer)
+        return score, self.rejects(score)
+
     def rejects(self, score: Score) -> str | None:
         """Why a rule-grounded turn with this score is not grounded, or None."""
         if score.nll > self.max_nll:
@@ -127,13 +132,11 @@ def confirm_grounded(rows: list[dict], answers: list[dict], scorer: AnswerScorer
         row.update(scorer_gain=None, scorer_nll=None, scorer_reason=None)
     todo = [r for r in rows if r["grounded"]]
 
-    def score(shard, rank):
-        return [scorer.score(r["query"], r["answer"], r["user_turn"], answers[r["mismatch_index"]]["answer"])
+    def check(shard, rank):
+        return [scorer.check(r["query"], r["answer"], r["user_turn"], answers[r["mismatch_index"]]["answer"])
                 for r in shard]
 
-    for row, s in zip(todo, map_sharded(todo, score, state)):
-        row.update(scorer_gain=round(s.gain, 4), scorer_nll=round(s.nll, 4))
-        row["scorer_reason"] = scorer.rejects(s)
-        if row["scorer_reason"]:
-            row["grounded"] = False
+    for row, (s, reason) in zip(todo, map_sharded(todo, check, state)):
+        row.update(scorer_gain=round(s.gain, 4), scorer_nll=round(s.nll, 4), scorer_reason=reason)
+        row["grounded"] = reason is None
     return len(todo)
