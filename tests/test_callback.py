@@ -181,9 +181,9 @@ def test_wandb_offline_records_probe_scalars(tiny_qwen_dir, gsm8k_file, tmp_path
     assert [(t["probe/samples/nrows"], t["probe/samples/increment_num"]) for t in tables][:1] == [(15, 0)]
 
 
-def _launch(args, out, model_dir, data, judge_url, timeout=900):
+def _launch(args, out, model_dir, data, judge_url, timeout=900, **extra_env):
     # TORCH_EXTENSIONS_DIR stays at its default: DeepSpeed compiles its CPU op once and reuses it.
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1", **extra_env}
     cmd = [sys.executable, "-m", "accelerate.commands.launch", *args, str(SCRIPT), str(model_dir), str(out), str(data),
            judge_url]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
@@ -211,8 +211,10 @@ def _judged(out) -> int:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("launcher", ["ddp", "zero3"])
+@pytest.mark.parametrize("launcher", ["ddp", "zero3", "zero3-layerwise"])
 def test_two_processes_match_one(launcher, tiny_qwen_dir, gsm8k_file, tmp_path):
+    """zero3-layerwise: the probe generates through ZeRO-3's per-layer gathers (`probe_ds3_gather` false), without a
+    whole copy of the model on every process: the same turns."""
     from serve import ScriptedServer
 
     with ScriptedServer(_judge) as judge:
@@ -224,7 +226,8 @@ def test_two_processes_match_one(launcher, tiny_qwen_dir, gsm8k_file, tmp_path):
             _launch(["--multi_gpu", "--num_processes", "2"], multi, tiny_qwen_dir, gsm8k_file, judge.base_url)
         else:
             _launch(["--config_file", str(ROOT / "accelerate_configs" / "deepspeed_zero3.yaml"), "--num_processes",
-                     "2"], multi, tiny_qwen_dir, gsm8k_file, judge.base_url)
+                     "2"], multi, tiny_qwen_dir, gsm8k_file, judge.base_url,
+                    PROBE_DS3_GATHER="0" if launcher == "zero3-layerwise" else "1")
         # The judge is asked by the main process only, once per distinct turn (its own cache per run).
         assert asked == _judged(single) and len(judge.posts("/chat/completions")) - asked == _judged(multi)
     assert [r["step"] for r in _history(multi)] == [0, 2, 4]

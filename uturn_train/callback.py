@@ -43,6 +43,9 @@ class ProbeArguments(prefixed("probe_")):
             accuracy is at most this much below step 0's.
         select_min_distinct (`float`, *optional*): with `select_metric`, only among the checkpoints whose greedy
             follow-ups are at least this share of distinct texts (`distinct_followups` at T=0).
+        probe_ds3_gather (`bool`, *optional*, defaults to `True`): under ZeRO-3, gather the whole model on every
+            process to generate (fast; needs the whole model's memory on each device, `uturn plan`'s "generate");
+            False generates through ZeRO-3's layer-by-layer gathers, as TRL's `ds3_gather_for_generation=False`.
     """
 
     probe_task: str = field(default="gsm8k", metadata={"help": "gsm8k, ifeval, ifbench, mtbench, oasst or testbed."})
@@ -58,6 +61,8 @@ class ProbeArguments(prefixed("probe_")):
                                                    "checkpoints at most this far below step 0's accuracy."})
     select_min_distinct: float | None = field(default=None, metadata={"help": "With select_metric: only among "
                                               "checkpoints whose greedy follow-ups are at least this share distinct."})
+    probe_ds3_gather: bool = field(default=True, metadata={"help": "Under ZeRO-3, gather the whole model on every "
+                                   "process to generate; False: layer by layer (less memory, slower)."})
 
 
 def _calling_trainer(callback) -> Trainer:
@@ -202,7 +207,7 @@ class UserTurnProbeCallback(TrainerCallback):
         was_checkpointing = getattr(model, "is_gradient_checkpointing", False)
         try:
             with _PreservedState(model, self.tokenizer), unwrap_model_for_generation(
-                trainer.model_wrapped, trainer.accelerator,
+                trainer.model_wrapped, trainer.accelerator, gather_deepspeed3_params=a.probe_ds3_gather,
                 gradient_checkpointing_kwargs=args.gradient_checkpointing_kwargs,
             ) as unwrapped:
                 run = run_probe(unwrapped, self.tokenizer, self.examples, self.settings,

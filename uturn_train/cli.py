@@ -8,6 +8,7 @@
     uturn ablate --config recipes/testbed/ablation.yaml [--out DIR] [--dry_run] [--slurm]
     uturn report DIR [DIR...] [--out OUT] [--wandb]
     uturn validate --model testbed --task testbed [--limit N] [--samples K] [--out DIR]
+    uturn plan --config recipes/qwen3.5-2b/collab_dpo.yaml [--gpus 1 8] [--gpu_gb 24 80] [--max_length 512 ...]
 """
 
 import argparse
@@ -137,6 +138,12 @@ def _report(argv: list[str]) -> None:
     main(argv)
 
 
+def _plan(argv: list[str]) -> None:
+    from .plan import run_plan
+
+    run_plan(argv)
+
+
 def _agreement(argv: list[str]) -> None:
     from .probe.agreement import main as agreement_main
 
@@ -144,7 +151,7 @@ def _agreement(argv: list[str]) -> None:
 
 
 COMMANDS = {"probe": _probe, "classify": _classify, "testbed": _testbed, "mine": _mine, "agreement": _agreement,
-            "ablate": _ablate, "report": _report, "validate": _validate}
+            "ablate": _ablate, "report": _report, "validate": _validate, "plan": _plan}
 
 
 def main(argv: list[str] | None = None) -> None:

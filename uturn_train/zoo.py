@@ -33,6 +33,8 @@ from importlib.util import find_spec
 from pathlib import Path
 
 from .io import atomic_dir, write_json
+from .qwen3_5_2b import NAME as STAND_IN
+from .qwen3_5_2b import ensure_stand_in
 from .testbed import resolve as resolve_testbed
 from .testbed import testbed_dir
 
@@ -85,6 +87,8 @@ def resolve(*configs) -> None:
             option = f"--{name}"
             if value == SMOLLM2["name"]:
                 setattr(config, name, str(fetch_smollm2(option)))
+            elif value == STAND_IN:
+                setattr(config, name, str(ensure_stand_in()))
             elif (gguf := _gguf_file(value, option)) is not None:
                 setattr(config, name, str(convert_gguf(gguf, option)))
 

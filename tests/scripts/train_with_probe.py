@@ -5,8 +5,10 @@
         [JUDGE_BASE_URL]
 
 With a judge's API root (serving `judge-model`), the probe labels with the rules and the judge (`probe_labeler both`).
+`PROBE_DS3_GATHER=0` makes the probe generate layer by layer under ZeRO-3.
 """
 
+import os
 import sys
 
 LORA_TARGETS = r".*layers\.\d+\.(self_attn\.(q_proj|v_proj)|linear_attn\.(in_proj_qkv|out_proj)|mlp\.down_proj)"
@@ -44,4 +46,4 @@ if __name__ == "__main__":
     if len(sys.argv) > 4:
         judge = dict(probe_labeler="both", probe_judge_base_url=sys.argv[4], probe_judge_model="judge-model",
                      probe_judge_cache_dir=f"{sys.argv[2]}/judge_cache")
-    make_trainer(*sys.argv[1:4], **judge).train()
+    make_trainer(*sys.argv[1:4], probe_ds3_gather=os.environ.get("PROBE_DS3_GATHER", "1") == "1", **judge).train()

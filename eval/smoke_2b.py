@@ -1,0 +1,214 @@
+"""Smoke runs of the Qwen3.5-2B recipes on a CPU: the 2B YAMLs on `qwen3.5-2b-random` (Qwen3.5-2B's exact shape, random
+weights; `uturn_train/qwen3_5_2b.py`), overridden only in length, steps and what a CPU without the hub needs (local
+data files, float32, generation layer by layer under ZeRO-3), 2 optimizer steps with the probe at step 0 and at the
+end. Measures what the planner (`uturn plan`) predicts: peak RSS of every process, seconds per optimizer step,
+trainable parameters; and compares the memory with the plan for the same YAML and overrides.
+
+```bash
+python eval/smoke_2b.py --recipes sft dpo grpo --out outputs/smoke-2b                    # one process, float32
+python eval/smoke_2b.py --recipes dpo --launcher zero3 --out outputs/smoke-2b            # 2 processes, ZeRO-3
+```
+
+A random-weight model writes no follow-up, so DPO cannot mine a pair from its own turns: the DPO smoke trains on
+`--pairs` (default: pairs mined by the testbed's main job; any `uturn mine` output works, the pairs are text), and
+`--recipes mine` runs `uturn mine` on the 2B alone, which must end with the clear "no follow-up pair mined" error
+after generating and labelling every turn. Results: `<out>/<recipe>-<launcher>/smoke.json`, and a line each on stdout.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("UTURN_SHARED_DATA", ROOT.parent / "shared" / "data"))
+LAUNCHERS = {
+    "one": ["--config_file", "accelerate_configs/cpu.yaml"],
+    "zero3": ["--config_file", "accelerate_configs/deepspeed_zero3.yaml", "--num_processes", "2"],
+}
+
+
+def overrides(recipe: str, launcher: str, out: Path, args) -> list[str]:
+    """The 2B YAML's values that change: length, steps, local data, precision; nothing else."""
+    # float32: this CPU has no native bf16 (emulated, ~200x slower than fp32 in a matmul here). Two fp32 ranks that each
+    # gather the whole model to generate would not fit in 24 GB, so under ZeRO-3 generation goes layer by layer.
+    gather = []
+    if launcher == "zero3":
+        gather = ["--ds3_gather_for_generation", "false"] if recipe == "grpo" else ["--probe_ds3_gather", "false"]
+    common = ["--model_name_or_path", "qwen3.5-2b-random", "--dtype", "float32", "--bf16", "false", *gather,
+              "--max_steps", "2", "--save_steps", "2",
+              "--logging_steps", "1", "--gradient_accumulation_steps", "1", "--output_dir", str(out),
+              "--run_name", out.name, "--probe_data", str(SHARED / "gsm8k" / "test.jsonl"), "--probe_limit",
+              str(args.probe_limit), "--probe_batch_size", "4", "--probe_samples", "2", "--probe_max_new_tokens", "8",
+              "--probe_answer_max_new_tokens", "8"]
+    length = ["--max_length", str(args.max_length)]
+    if recipe == "sft":
+        return [*common, "--collab_data", str(SHARED / "oasst" / "en_100_tree.jsonl"), *length]
+    if recipe == "dpo":
+        return [*common, "--dataset_name", args.pairs, *length]
+    return [*common, "--prompt_data", str(SHARED / "gsm8k" / "train.jsonl"), "--prompt_limit", "16",
+            "--prompt_answer_max_new_tokens", "8", "--max_completion_length", "8", "--num_generations", "8",
+            "--per_device_train_batch_size", "8"]
+
+
+class PeakRSS(threading.Thread):
+    """Memory of every worker process under `pid`, twice a second: the kernel's high-water mark (VmHWM, the whole run,
+    loading included) and the largest RSS seen once `log` shows the trainer started (W&B's first line). On a CPU,
+    loading maps the bf16 file while it builds the fp32 weights, a peak a GPU's memory never sees."""
+
+    def __init__(self, pid: int, log: Path):
+        super().__init__(daemon=True)
+        self.pid, self.log, self.stopped = pid, log, threading.Event()
+        self.peaks, self.trained = {}, {}
+
+    def run(self):
+        import psutil
+
+        root, started = psutil.Process(self.pid), False
+        while not self.stopped.wait(0.5):
+            try:
+                procs = [root, *root.children(recursive=True)]
+            except psutil.NoSuchProcess:
+                return
+            started = started or "wandb:" in self.log.read_text(errors="replace")
+            for p in procs:
+                try:
+                    status = Path(f"/proc/{p.pid}/status").read_text()
+                    cmd = " ".join(p.cmdline())
+                    rss = p.memory_info().rss
+                except (OSError, psutil.Error):
+                    continue
+                if ("recipes/collab_" in cmd or "uturn_train.cli" in cmd) and "accelerate.commands" not in cmd:
+                    hwm = int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmHWM")))
+                    self.peaks[p.pid] = max(self.peaks.get(p.pid, 0), hwm * 1024)
+                    if started:
+                        self.trained[p.pid] = max(self.trained.get(p.pid, 0), rss)
+
+
+def import_baseline() -> float:
+    """RSS (GB) of a process that imported what a recipe imports, before any model: the Python side of a run."""
+    code = ("import resource, datasets, peft, torch, transformers, trl, wandb, deepspeed, uturn_train.callback; "
+            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    return round(int(out.split()[-1]) * 1024 / 1e9, 2)
+
+
+def step_seconds(out: Path) -> list[float]:
+    """Seconds between the logs of successive optimizer steps, read back from the offline W&B run."""
+    runs = sorted((out / "wandb").glob("offline-run-*"))
+    if not runs:
+        return []
+    proc = subprocess.run(["wandb", "leet", "inspect", "--json", str(runs[-1])], capture_output=True, text=True,
+                          timeout=300)
+    stamps = {}
+    for line in proc.stdout.splitlines():
+        item = json.loads(line).get("history", {}).get("item", {})
+        if "train/loss" in item:
+            stamps[item["train/global_step"]] = item["_timestamp"]
+    steps = sorted(stamps)
+    return [round(stamps[b] - stamps[a], 1) for a, b in zip(steps, steps[1:])]
+
+
+def _numel(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def planned(recipe: str, launcher: str, out: Path, args) -> float:
+    """`uturn plan`'s peak (GB) for the same YAML and overrides, on as many devices as the run has processes."""
+    import contextlib
+    import io
+
+    from uturn_train.plan import run_plan
+
+    gpus = 2 if launcher == "zero3" else 1
+    argv = ["--config", f"recipes/qwen3.5-2b/collab_{recipe}.yaml", "--gpus", str(gpus),
+            *overrides(recipe, launcher, out, args)]
+    with contextlib.redirect_stdout(io.StringIO()):
+        rows = run_plan(argv)
+    row = next(r for r in rows if r["strategy"] == ("zero3" if launcher == "zero3" else "single"))
+    return round(row["peak"] / 1e9, 2)
+
+
+def run(recipe: str, args) -> dict:
+    import torch
+
+    launcher = args.launcher
+    out = Path(args.out) / f"{recipe}-{launcher}"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline", "WANDB_DIR": str(out)}
+    out.mkdir(parents=True, exist_ok=True)
+    if recipe == "mine":
+        cmd = [sys.executable, "-m", "uturn_train.cli", "mine", "--model", "qwen3.5-2b-random", "--mine_source",
+               "gsm8k", "--mine_data", str(SHARED / "gsm8k" / "train.jsonl"), "--mine_limit", "4",
+               "--mine_samples", "2", "--mine_max_new_tokens", "8", "--mine_answer_max_new_tokens", "8",
+               "--mine_batch_size", "4", "--out", str(out / "pairs")]
+    else:
+        cmd = [sys.executable, "-m", "accelerate.commands.launch", *LAUNCHERS[launcher], f"recipes/collab_{recipe}.py",
+               "--config", f"recipes/qwen3.5-2b/collab_{recipe}.yaml", *overrides(recipe, launcher, out, args)]
+    start = time.perf_counter()
+    with open(out / "log.txt", "w") as log:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        peaks = PeakRSS(proc.pid, out / "log.txt")
+        peaks.start()
+        try:
+            code = proc.wait(timeout=args.timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            code = "timeout"
+        peaks.stopped.set()
+    tail = (out / "log.txt").read_text()[-4000:]
+    result = {"recipe": recipe, "launcher": launcher, "exit_code": code, "wall_seconds": round(time.perf_counter() -
+              start, 1), "peak_rss_gb": sorted(round(v / 1e9, 2) for v in peaks.peaks.values()),
+              "train_peak_rss_gb": sorted(round(v / 1e9, 2) for v in peaks.trained.values()),
+              "import_baseline_gb": import_baseline(),
+              "cpu_capability": torch.backends.cpu.get_cpu_capability(), "threads": torch.get_num_threads(),
+              "command": " ".join(cmd[2:])}
+    if recipe == "mine":
+        result["ok"] = code != 0 and "no follow-up pair mined" in tail
+    else:
+        # What CPU and GPU share: the trained process's memory less its Python side, against the plan.
+        result["plan_gb"] = planned(recipe, launcher, out, args)
+        measured = max(result["train_peak_rss_gb"], default=0) - result["import_baseline_gb"]
+        result["measured_over_plan"] = round(measured / result["plan_gb"], 3)
+        result["ok"] = code == 0
+        result["step_seconds"] = step_seconds(out)
+        history = out / "probe_history.jsonl"
+        result["probed_steps"] = [json.loads(line)["step"] for line in history.open()] if history.exists() else []
+        result["probe_seconds"] = [round(json.loads(line)["seconds"], 1) for line in history.open()] if (
+            history.exists()) else []
+        adapter = out / "adapter_model.safetensors"
+        if adapter.exists():
+            from safetensors import safe_open
+
+            with safe_open(adapter, "pt") as f:
+                result["trainable_params"] = sum(_numel(f.get_slice(k).get_shape()) for k in f.keys())
+    (out / "smoke.json").write_text(json.dumps(result, indent=1))
+    return result
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--recipes", nargs="+", default=["sft", "dpo", "grpo"], choices=["sft", "dpo", "grpo", "mine"])
+    parser.add_argument("--launcher", default="one", choices=sorted(LAUNCHERS))
+    parser.add_argument("--out", default="outputs/smoke-2b")
+    parser.add_argument("--pairs", default="outputs/testbed-collab-dpo/pairs", help="Pairs for the DPO smoke.")
+    parser.add_argument("--max_length", type=int, default=64, help="SFT and DPO sequence length.")
+    parser.add_argument("--probe_limit", type=int, default=4, help="GSM8K test problems per probe.")
+    parser.add_argument("--timeout", type=int, default=3600, help="Seconds per run.")
+    args = parser.parse_args(argv)
+    if "dpo" in args.recipes and not Path(args.pairs, "dataset_info.json").is_file():
+        sys.exit(f"--pairs {args.pairs}: no pairs there; run the README's main job first, or `uturn mine` any model")
+    results = [run(r, args) for r in args.recipes]
+    for r in results:
+        print(json.dumps({k: r[k] for k in r if k != "command"}))
+    sys.exit(0 if all(r["ok"] for r in results) else 1)
+
+
+if __name__ == "__main__":
+    main()
