@@ -39,7 +39,8 @@ def overrides(recipe: str, launcher: str, out: Path, args) -> list[str]:
     gather = []
     if launcher == "zero3":
         gather = ["--ds3_gather_for_generation", "false"] if recipe == "grpo" else ["--probe_ds3_gather", "false"]
-    common = ["--model_name_or_path", "qwen3.5-2b-random", "--dtype", "float32", "--bf16", "false", *gather,
+    common = ["--model_name_or_path", "qwen3.5-2b-random", "--dtype", "float32", "--bf16", "false", "--use_cpu", "true",
+              *gather,
               "--max_steps", "2", "--save_steps", "2",
               "--logging_steps", "1", "--gradient_accumulation_steps", "1", "--output_dir", str(out),
               "--run_name", out.name, "--probe_data", str(SHARED / "gsm8k" / "test.jsonl"), "--probe_limit",

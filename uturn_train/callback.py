@@ -194,6 +194,7 @@ class UserTurnProbeCallback(TrainerCallback):
     def _probe(self, args, state):
         from trl.models import unwrap_model_for_generation
 
+        from .distributed import register_conv_weights
         from .probe.runner import run_probe
 
         step = state.global_step
@@ -205,6 +206,8 @@ class UserTurnProbeCallback(TrainerCallback):
         start, run, error = time.perf_counter(), None, None
         model = trainer.accelerator.unwrap_model(trainer.model_wrapped)
         was_checkpointing = getattr(model, "is_gradient_checkpointing", False)
+        if not a.probe_ds3_gather:
+            register_conv_weights(model)  # generating layer by layer: see its docstring
         try:
             with _PreservedState(model, self.tokenizer), unwrap_model_for_generation(
                 trainer.model_wrapped, trainer.accelerator, gather_deepspeed3_params=a.probe_ds3_gather,

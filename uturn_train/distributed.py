@@ -1,4 +1,4 @@
-"""Work split across the processes of `accelerate launch`, and gathered back in order on every rank."""
+"""Work split across the processes of `accelerate launch` and gathered back in order on every rank; ZeRO-3's gathers."""
 
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -44,3 +44,30 @@ def gathered_if_zero3(model):
     import deepspeed
 
     return deepspeed.zero.GatheredParameters(list(model.parameters()))
+
+
+def register_conv_weights(model) -> int:
+    """Under ZeRO-3, make each Gated DeltaNet gather its convolution's weights when it runs; returns how many.
+
+    Qwen3.5's Gated DeltaNet hands `self.conv1d.weight` straight to `causal_conv1d_fn` / `causal_conv1d_update`, so
+    the `conv1d` submodule's own ZeRO-3 hook never fires (transformers' `force_accelerate_hooks("conv1d")` fires
+    accelerate's hooks only) and, unless ZeRO-3 happens to keep it whole, the weight is read as its empty partition:
+    "Dimension out of range" in `squeeze(1)` when the probe generates layer by layer (`probe_ds3_gather` false) before
+    any training step. `deepspeed.zero.register_external_parameter` is DeepSpeed's way to say that a module uses
+    another's parameter. Elsewhere a no-op.
+    """
+    import torch
+    from transformers.integrations import is_deepspeed_zero3_enabled
+
+    if not is_deepspeed_zero3_enabled():
+        return 0
+    import deepspeed
+
+    count = 0
+    for module in model.modules():
+        conv = getattr(module, "conv1d", None)
+        if isinstance(conv, torch.nn.Conv1d) and any(hasattr(p, "ds_id") for p in conv.parameters()):
+            for param in conv.parameters(recurse=False):
+                deepspeed.zero.register_external_parameter(module, param)
+                count += 1
+    return count

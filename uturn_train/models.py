@@ -4,6 +4,8 @@ import logging
 import os
 from dataclasses import replace
 
+from .distributed import register_conv_weights
+
 logger = logging.getLogger(__name__)
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
@@ -71,6 +73,7 @@ def load_model(name: str, dtype: str = "auto", device: str | None = None, *, rev
                                                      attn_implementation=attn_implementation)
     except (OSError, ValueError) as e:
         raise ValueError(f"could not load a causal LM from {name!r}: {e}") from e
+    register_conv_weights(model)  # ZeRO-3 only: Gated DeltaNet reads its convolution's weight directly
     return model.to(device).eval() if device else model
 
 
