@@ -17,6 +17,7 @@ after generating and labelling every turn. Results: `<out>/<recipe>-<launcher>/s
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -90,12 +91,13 @@ class PeakRSS(threading.Thread):
                         self.trained[p.pid] = max(self.trained.get(p.pid, 0), rss)
 
 
-def import_baseline() -> float:
-    """RSS (GB) of a process that imported what a recipe imports, before any model: the Python side of a run."""
-    code = ("import resource, datasets, peft, torch, transformers, trl, wandb, deepspeed, uturn_train.callback; "
+def import_baseline(launcher: str) -> float:
+    """RSS (GiB) of a process that imported what a recipe imports, before any model: the Python side of a run."""
+    extra = ", deepspeed" if launcher == "zero3" else ""
+    code = (f"import resource, datasets, peft, torch, transformers, trl, wandb{extra}, uturn_train.callback; "
             "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    return round(int(out.split()[-1]) * 1024 / 1e9, 2)
+    return round(int(out.split()[-1]) / 2**20, 2)
 
 
 def step_seconds(out: Path) -> list[float]:
@@ -103,7 +105,8 @@ def step_seconds(out: Path) -> list[float]:
     runs = sorted((out / "wandb").glob("offline-run-*"))
     if not runs:
         return []
-    proc = subprocess.run(["wandb", "leet", "inspect", "--json", str(runs[-1])], capture_output=True, text=True,
+    wandb = Path(sys.executable).with_name("wandb")  # the venv's, whether or not it is activated
+    proc = subprocess.run([str(wandb), "leet", "inspect", "--json", str(runs[-1])], capture_output=True, text=True,
                           timeout=300)
     stamps = {}
     for line in proc.stdout.splitlines():
@@ -114,15 +117,8 @@ def step_seconds(out: Path) -> list[float]:
     return [round(stamps[b] - stamps[a], 1) for a, b in zip(steps, steps[1:])]
 
 
-def _numel(shape) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
-
-
 def planned(recipe: str, launcher: str, out: Path, args) -> float:
-    """`uturn plan`'s peak (GB) for the same YAML and overrides, on as many devices as the run has processes."""
+    """`uturn plan`'s peak (GiB) for the same YAML and overrides, on as many devices as the run has processes."""
     import contextlib
     import io
 
@@ -134,7 +130,7 @@ def planned(recipe: str, launcher: str, out: Path, args) -> float:
     with contextlib.redirect_stdout(io.StringIO()):
         rows = run_plan(argv)
     row = next(r for r in rows if r["strategy"] == ("zero3" if launcher == "zero3" else "single"))
-    return round(row["peak"] / 1e9, 2)
+    return round(row["peak"] / 2**30, 2)
 
 
 def run(recipe: str, args) -> dict:
@@ -165,18 +161,19 @@ def run(recipe: str, args) -> dict:
         peaks.stopped.set()
     tail = (out / "log.txt").read_text()[-4000:]
     result = {"recipe": recipe, "launcher": launcher, "exit_code": code, "wall_seconds": round(time.perf_counter() -
-              start, 1), "peak_rss_gb": sorted(round(v / 1e9, 2) for v in peaks.peaks.values()),
-              "train_peak_rss_gb": sorted(round(v / 1e9, 2) for v in peaks.trained.values()),
-              "import_baseline_gb": import_baseline(),
+              start, 1), "peak_rss_gib": sorted(round(v / 2**30, 2) for v in peaks.peaks.values()),
+              "train_peak_rss_gib": sorted(round(v / 2**30, 2) for v in peaks.trained.values()),
+              "import_baseline_gib": import_baseline(launcher),
               "cpu_capability": torch.backends.cpu.get_cpu_capability(), "threads": torch.get_num_threads(),
               "command": " ".join(cmd[2:])}
     if recipe == "mine":
         result["ok"] = code != 0 and "no follow-up pair mined" in tail
     else:
         # What CPU and GPU share: the trained process's memory less its Python side, against the plan.
-        result["plan_gb"] = planned(recipe, launcher, out, args)
-        measured = max(result["train_peak_rss_gb"], default=0) - result["import_baseline_gb"]
-        result["measured_over_plan"] = round(measured / result["plan_gb"], 3)
+        result["plan_gib"] = planned(recipe, launcher, out, args)
+        trained = result["train_peak_rss_gib"]
+        result["measured_over_plan"] = round((max(trained) - result["import_baseline_gib"]) / result["plan_gib"],
+                                             3) if trained else None
         result["ok"] = code == 0
         result["step_seconds"] = step_seconds(out)
         history = out / "probe_history.jsonl"
@@ -188,7 +185,7 @@ def run(recipe: str, args) -> dict:
             from safetensors import safe_open
 
             with safe_open(adapter, "pt") as f:
-                result["trainable_params"] = sum(_numel(f.get_slice(k).get_shape()) for k in f.keys())
+                result["trainable_params"] = sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys())
     (out / "smoke.json").write_text(json.dumps(result, indent=1))
     return result
 

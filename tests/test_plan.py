@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from uturn_train.cli import main
-from uturn_train.plan import model_config, plan, run_plan, shape
+from uturn_train.plan import defaults, model_config, plan, run_plan, shape
 
 ROOT = Path(__file__).resolve().parents[1]
 YAMLS = ROOT / "recipes" / "qwen3.5-2b"
@@ -16,9 +16,10 @@ def q2b():
     return shape(model_config("Qwen/Qwen3.5-2B"), 32, None)
 
 
-def values(**kw):
-    return {"recipe": "dpo", "dtype": "bfloat16", "per_device_train_batch_size": 4, "max_length": 1024,
-            "gradient_checkpointing": True, "probe_batch_size": 64, **kw}
+def values(recipe="dpo", **kw):
+    return {**defaults(recipe), "recipe": recipe, "dtype": "bfloat16", "per_device_train_batch_size": 4,
+            "max_length": 1024, "gradient_checkpointing": True, "probe_batch_size": 64, "prompt_tokens": 256,
+            "dataset_name": "pairs", **kw}
 
 
 def test_the_2b_shape_is_read_without_the_hub(q2b):
@@ -50,34 +51,49 @@ def test_components_follow_the_knobs(q2b):
     assert z3["lora"] < z2["lora"] < ddp["lora"] == base["lora"]
     layerwise = plan(values(probe_ds3_gather=False), 8, "zero3", q2b)  # only the embedding, the largest module
     assert layerwise["generation"] == pytest.approx(z3["generation"] - 7 / 8 * q2b.params * 2 + 248320 * 2048 * 2)
+    # Mining (DPO without pairs) always gathers the whole model: layer by layer for the probe does not help it.
+    mining = plan(values(probe_ds3_gather=False, dataset_name=None, mine_batch_size=64, mine_samples=8), 8, "zero3",
+                  q2b)
+    assert mining["generation_phase"] == "mining" and mining["generation"] > z3["generation"]
     assert base["peak"] == pytest.approx(base["weights"] + base["lora"] + max(
         base["activations"] + base["logits"], base["generation"]))
 
 
-def test_grpo_counts_completions_and_its_generation_batch(q2b):
-    grpo = values(recipe="grpo", per_device_train_batch_size=16, max_completion_length=512, prompt_tokens=256,
-                  prompt_answer_max_new_tokens=512)
+def test_generation_counts_every_row_of_a_call(q2b):
+    """The probe samples `probe_samples` turns per prompt in one call (num_return_sequences); GRPO generates a
+    micro-batch for every step of a generation round (steps_per_generation, by default the accumulation)."""
+    one = plan(values(probe_samples=1), 1, "single", q2b)
+    four = plan(values(probe_samples=4), 1, "single", q2b)
+    greedy = plan(values(probe_samples=4, probe_temperatures=[0.0]), 1, "single", q2b)
+    assert four["generation"] == pytest.approx(4 * one["generation"]) and greedy["generation"] == one["generation"]
+    grpo = values(recipe="grpo", per_device_train_batch_size=16, max_completion_length=512,
+                  prompt_answer_max_new_tokens=512, gradient_accumulation_steps=4, probe_batch_size=1)
     parts = plan(grpo, 1, "single", q2b)
     assert parts["logits"] == pytest.approx(4096 * 32768 * 2 + 16 * 512 * 2048 * 4)  # only completions reach the loss
-    assert plan({**grpo, "per_device_train_batch_size": 32}, 1, "single", q2b)["generation"] == pytest.approx(
+    assert parts["generation_phase"] == "rollouts"
+    assert plan({**grpo, "gradient_accumulation_steps": 8}, 1, "single", q2b)["generation"] == pytest.approx(
         2 * parts["generation"])
 
 
 def test_the_cli_reads_a_yaml_and_its_overrides(capsys):
     rows = run_plan(["--config", str(YAMLS / "collab_dpo.yaml"), "--gpus", "1", "8", "--gpu_gb", "24", "80"])
     assert [(r["gpus"], r["strategy"]) for r in rows] == [(1, "single"), (8, "ddp"), (8, "zero2"), (8, "zero3")]
-    short = run_plan(["--config", str(YAMLS / "collab_dpo.yaml"), "--gpus", "1", "--max_length", "256"])[0]
-    assert short["peak"] < rows[0]["peak"]
+    pairs = ["--config", str(YAMLS / "collab_dpo.yaml"), "--gpus", "1", "--dataset_name", "pairs"]
+    given, short = run_plan(pairs)[0], run_plan([*pairs, "--max_length", "256"])[0]
+    assert rows[0]["generation_phase"] == "mining" and given["generation_phase"] == "probe"
+    assert short["activations"] < given["activations"] and given["peak"] < rows[0]["peak"]
     out = capsys.readouterr().out
     assert "Qwen/Qwen3.5-2B: 1.88B parameters" in out and "dpo" in out
-    table = [line for line in out.splitlines() if line.startswith(("GB per", "GPUs", "   1", "   8"))]
-    assert len(table) == 2 * 2 + 4 + 1 and max(map(len, table)) <= 80
+    table = [line for line in out.splitlines() if line.startswith(("GiB per", "GPUs", "   1", "   8"))]
+    assert len(table) == 3 * 2 + 4 + 1 + 1 and max(map(len, table)) <= 80
 
 
 @pytest.mark.parametrize("argv, message", [
     (["--config", "nope.yaml"], "no such file"),
-    (["--config", str(YAMLS / "collab_dpo.yaml"), "--max_length"], "--key value"),
+    (["--config", str(YAMLS / "collab_dpo.yaml"), "256"], "--key value"),
     (["--config", str(YAMLS / "collab_dpo.yaml"), "--dtype", "int8"], "dtype 'int8'"),
+    (["--config", str(YAMLS / "collab_dpo.yaml"), "--use_peft", "false"], "pass --use_peft true"),
+    (["--config", str(YAMLS / "collab_dpo.yaml"), "--lora_target_modules", "nope_proj"], "matches no Linear"),
 ])
 def test_bad_input_is_one_clear_line(argv, message, capsys):
     with pytest.raises(SystemExit) as e:
@@ -85,9 +101,20 @@ def test_bad_input_is_one_clear_line(argv, message, capsys):
     assert e.value.code == 2 and message in capsys.readouterr().err
 
 
-def test_a_config_for_no_known_recipe_is_refused(tmp_path, capsys):
+def test_a_config_for_no_known_recipe_is_refused_unless_named(tmp_path, capsys):
     bad = tmp_path / "x.yaml"
-    bad.write_text("model_name_or_path: Qwen/Qwen3.5-2B\nlearning_rate: 1.0e-5\n")
+    bad.write_text("model_name_or_path: Qwen/Qwen3.5-2B\nlearning_rate: 1.0e-5\nuse_peft: true\n")
     with pytest.raises(SystemExit):
         main(["plan", "--config", str(bad)])
-    assert "cannot tell which recipe" in capsys.readouterr().err
+    assert "pass --recipe" in capsys.readouterr().err
+    rows = run_plan(["--config", str(bad), "--recipe", "sft", "--gpus", "1"])
+    assert rows[0]["peak"] > 0
+
+
+def test_lora_targets_as_peft_reads_them(q2b):
+    config = model_config("Qwen/Qwen3.5-2B")
+    assert shape(config, 32, ["q_proj", "v_proj"]).lora_params == 6 * 32 * ((2048 + 4096) + (2048 + 512))
+    with pytest.raises(ValueError, match="matches no Linear"):  # a one-item list becomes a regex, as in TRL and PEFT
+        shape(config, 32, ["q_proj"])
+    everything = shape(config, 32, "all-linear").lora_params
+    assert everything > q2b.lora_params  # all-linear adds in_proj_a/b beside the documented targets, not lm_head

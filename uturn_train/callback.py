@@ -216,7 +216,7 @@ class UserTurnProbeCallback(TrainerCallback):
                 run = run_probe(unwrapped, self.tokenizer, self.examples, self.settings,
                                 state=trainer.accelerator.state, disable_progress=True, judge=self.judge)
         except Exception as e:  # noqa: BLE001 - isolation is the point: training goes on unless asked otherwise
-            self._restore_after_error(trainer, model, was_checkpointing, args)
+            self._restore_after_error(trainer, model, was_checkpointing, args, a.probe_ds3_gather)
             if a.probe_fail_on_error:
                 raise
             self.errors += 1
@@ -227,7 +227,7 @@ class UserTurnProbeCallback(TrainerCallback):
         self._record(args, state, run, error, seconds)
 
     @staticmethod
-    def _restore_after_error(trainer, model, was_checkpointing, args):
+    def _restore_after_error(trainer, model, was_checkpointing, args, gathered):
         # TRL's unwrap context has no try/finally: an error inside it skips re-enabling gradient checkpointing and,
         # under ZeRO-3, re-adding the parameter hooks (huggingface/trl#6659).
         from trl.distributed import DistributedBackend
@@ -235,7 +235,7 @@ class UserTurnProbeCallback(TrainerCallback):
 
         if was_checkpointing and not model.is_gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=args.gradient_checkpointing_kwargs)
-        if DistributedBackend(trainer.accelerator).is_zero3:
+        if gathered and DistributedBackend(trainer.accelerator).is_zero3:  # layer by layer, the hooks stayed
             add_hooks(trainer.model_wrapped)
 
     def _record(self, args, state, run, error, seconds):

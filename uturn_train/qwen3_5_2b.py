@@ -100,7 +100,7 @@ def build(out: str | Path, *, seed: int = 0, text_overrides: dict | None = None,
           vision_overrides: dict | None = None) -> Path:
     """Write a random-weight Qwen3.5-2B (or a shrunk one, for tests) as a hub-format folder, atomically.
 
-    About 4.5 GB on disk (bf16, like the hub's files); building takes about 8 GB of memory and a few minutes on 2 cores.
+    4.4 GB on disk (bf16, like the hub's files); building took 123 s and 5.0 GiB of memory on 2 cores (AVX2).
     """
     import torch
     from transformers import Qwen3_5ForConditionalGeneration, set_seed

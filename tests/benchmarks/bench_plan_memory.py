@@ -6,7 +6,7 @@ LoRA r=32 on the documented targets, TRL's fused LM head, float32, for a few (ro
 checkpointing. Measured: the rise of the process's peak RSS over one step, from a fresh peak (`/proc/self/clear_refs`),
 with glibc returning every freed block of 64 KiB or more to the system (`MALLOC_MMAP_THRESHOLD_`, set by re-executing),
 so that RSS follows live tensors, as a GPU's allocated memory does, and not what the C allocator keeps for later.
-Printed beside the plan's activations + logits for the same shape; the ratio is the figure.
+Printed beside the plan's activations + loss + the adapter's gradients for the same shape; the ratio is the figure.
 """
 
 import os
@@ -28,7 +28,7 @@ def main():
     from trl.trainer.utils import add_fused_lm_head
 
     from uturn_train.models import QWEN3_5_LORA_TARGETS, load_model
-    from uturn_train.plan import model_config, plan, shape
+    from uturn_train.plan import defaults, model_config, plan, shape
     from uturn_train.qwen3_5_2b import ensure_stand_in
 
     model = load_model(str(ensure_stand_in()), "float32")
@@ -53,8 +53,9 @@ def main():
             model.zero_grad(set_to_none=True)
             values = {"recipe": "sft", "dtype": "float32", "per_device_train_batch_size": rows, "max_length": length,
                       "gradient_checkpointing": ckpt}
-            parts = plan(values, 1, "single", planned_shape)
-            planned = (parts["activations"] + parts["logits"]) / 1e9
+            parts = plan({**defaults("sft"), "prompt_tokens": 256, **values}, 1, "single", planned_shape)
+            # The step also allocates the adapter's fp32 gradients (the plan's LoRA states count them).
+            planned = (parts["activations"] + parts["logits"] + 4 * planned_shape.lora_params) / 1e9
             print(f"{'on' if ckpt else 'off':>5} {rows:>5} {length:>6} {measured:>12.2f} {planned:>11.2f} "
                   f"{measured / planned:>6.2f}")
 
