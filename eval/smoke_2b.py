@@ -11,8 +11,9 @@ python eval/smoke_2b.py --recipes dpo --launcher zero3 --out outputs/smoke-2b   
 
 A random-weight model writes no follow-up, so DPO cannot mine a pair from its own turns: the DPO smoke trains on
 `--pairs` (default: pairs mined by the testbed's main job; any `uturn mine` output works, the pairs are text), and
-`--recipes mine` runs `uturn mine` on the 2B alone, which must end with the clear "no follow-up pair mined" error
-after generating and labelling every turn. Results: `<out>/<recipe>-<launcher>/smoke.json`, and a line each on stdout.
+`--recipes mine` runs `uturn mine` on the 2B alone, which passes when it ends with the clear "no follow-up pair mined"
+error after generating and labelling every turn. Results: `<out>/<recipe>-<launcher>/smoke.json`, and a line each
+on stdout.
 """
 
 import argparse
@@ -141,7 +142,7 @@ def run(recipe: str, args) -> dict:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline", "WANDB_DIR": str(out)}
     out.mkdir(parents=True, exist_ok=True)
     if recipe == "mine":
-        cmd = [sys.executable, "-m", "uturn_train.cli", "mine", "--model", "qwen3.5-2b-random", "--mine_source",
+        cmd = [str(Path(sys.executable).with_name("uturn")), "mine", "--model", "qwen3.5-2b-random", "--mine_source",
                "gsm8k", "--mine_data", str(SHARED / "gsm8k" / "train.jsonl"), "--mine_limit", "4",
                "--mine_samples", "2", "--mine_max_new_tokens", "8", "--mine_answer_max_new_tokens", "8",
                "--mine_batch_size", "4", "--out", str(out / "pairs")]

@@ -74,6 +74,11 @@ def shape(config, lora_r: int, lora_targets: str | list | None) -> Shape:
     import torch
     from transformers import AutoModelForCausalLM
 
+    missing = [k for k in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                           "num_key_value_heads", "vocab_size") if getattr(config, k, None) is None]
+    if missing:
+        raise ValueError(f"model_type {config.model_type!r}: its config lacks {', '.join(missing)}; the plan counts "
+                         "decoder-only transformers (Llama, Qwen2/3, Qwen3.5 and their kind)")
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)
     params = sum(p.numel() for p in model.parameters())
