@@ -88,7 +88,12 @@ def lora_config(model_args):
         return config
     name = model_args.model_name_or_path
     model_type = AutoConfig.from_pretrained(name, revision=model_args.model_revision).model_type
+    return replace(config, target_modules=default_lora_targets(model_type, name))
+
+
+def default_lora_targets(model_type: str, name: str) -> str:
+    """[`LORA_TARGETS`] of `model_type`; a clear error naming `--lora_target_modules` when there are none."""
     if model_type not in LORA_TARGETS:
         raise ValueError(f"no default LoRA targets for model_type {model_type!r} (--model_name_or_path {name}; known: "
                          f"{', '.join(LORA_TARGETS)}): pass --lora_target_modules, e.g. q_proj v_proj")
-    return replace(config, target_modules=LORA_TARGETS[model_type])
+    return LORA_TARGETS[model_type]

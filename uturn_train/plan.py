@@ -70,9 +70,11 @@ def model_config(name: str):
     return config.get_text_config()
 
 
-def shape(config, lora_r: int, lora_targets: str | list | None) -> Shape:
+def shape(config, lora_r: int, lora_targets: str | list | None, name: str = "") -> Shape:
     import torch
     from transformers import AutoModelForCausalLM
+
+    from .models import default_lora_targets
 
     missing = [k for k in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
                            "num_key_value_heads", "vocab_size") if getattr(config, k, None) is None]
@@ -85,7 +87,7 @@ def shape(config, lora_r: int, lora_targets: str | list | None) -> Shape:
     largest = max(sum(p.numel() for p in m.parameters(recurse=False)) for m in model.modules())
     lora = 0
     if lora_r:
-        targets = lora_targets or _default_targets(config)
+        targets = lora_targets or default_lora_targets(config.model_type, name)
         if isinstance(targets, list) and len(targets) == 1:  # TRL passes a one-item list on as the string
             targets = targets[0]
         linears = [(n, m) for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
@@ -118,14 +120,6 @@ def shape(config, lora_r: int, lora_targets: str | list | None) -> Shape:
         # fallback alike) for the backward
         act["linear_attention"] = mlp + 3 * conv + 4 * nk * dk + 8 * nv * dv + nv * dk * dv // 64
     return Shape(params, largest, lora, h, i, len(kinds), kinds, config.vocab_size, 2 * kv_heads * head_dim, state, act)
-
-
-def _default_targets(config):
-    from .models import LORA_TARGETS
-
-    if config.model_type not in LORA_TARGETS:
-        raise ValueError(f"no default LoRA targets for model_type {config.model_type!r}: set lora_target_modules")
-    return LORA_TARGETS[config.model_type]
 
 
 def recipe_of(config_path: str, values: dict) -> str:
@@ -276,7 +270,8 @@ def run_plan(argv: list[str]) -> list[dict]:
     if not values["use_peft"]:
         raise ValueError(f"{args.config}: use_peft is off (full fine-tuning); the plan covers LoRA runs: "
                          "pass --use_peft true")
-    model = shape(model_config(values["model_name_or_path"]), values["lora_r"], values.get("lora_target_modules"))
+    model = shape(model_config(values["model_name_or_path"]), values["lora_r"], values.get("lora_target_modules"),
+                  values["model_name_or_path"])
     rows = []
     for gpus in args.gpus:
         for strategy in ["single"] if gpus == 1 else ["ddp", "zero2", "zero3"]:
