@@ -212,17 +212,22 @@ def _kill_leftovers(proc: subprocess.Popen, log: Path) -> None:
             os.killpg(pgid, signal.SIGKILL)
 
 
-def _group_alive(pgid: int) -> bool:
-    """Whether a live (not zombie) process of group `pgid` is left; orphans may wait as zombies for a PID 1 that
-    does not reap them."""
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:  # the process ended meanwhile
-            continue
-        if int(fields[2]) == pgid and fields[0] not in "ZX":
-            return True
-    return False
+def _group_alive(pgid: int, grace: float = 30.0) -> bool:
+    """Whether a live (not zombie) process of group `pgid` is still left after `grace` seconds; orphans may wait as
+    zombies for a PID 1 that does not reap them. SIGKILL is asynchronous: a killed training process can take seconds
+    to free its memory and exit on a loaded machine (one such failure seen with 3 jobs on 2 cores)."""
+    deadline = time.time() + grace
+    while True:
+        alive = False
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except OSError:  # the process ended meanwhile
+                continue
+            alive = alive or (int(fields[2]) == pgid and fields[0] not in "ZX")
+        if not alive or time.time() > deadline:
+            return alive
+        time.sleep(0.5)
 
 
 SLEEPER = """import argparse, subprocess, time
