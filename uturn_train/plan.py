@@ -28,7 +28,6 @@ against measured runs in recipes/README.md ("Qwen3.5-2B on a CPU").
 """
 
 import argparse
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -87,20 +86,18 @@ def shape(config, lora_r: int, lora_targets: str | list | None, name: str = "") 
     largest = max(sum(p.numel() for p in m.parameters(recurse=False)) for m in model.modules())
     lora = 0
     if lora_r:
+        from peft import LoraConfig, get_peft_model
+
         targets = lora_targets or default_lora_targets(config.model_type, name)
         if isinstance(targets, list) and len(targets) == 1:  # TRL passes a one-item list on as the string
             targets = targets[0]
-        linears = [(n, m) for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
-        if targets == "all-linear":  # PEFT: every Linear but the output layer
-            chosen = [m for n, m in linears if m is not model.get_output_embeddings()]
-        elif isinstance(targets, str):  # PEFT: a string is a regex over the full name
-            chosen = [m for n, m in linears if re.fullmatch(targets, n)]
-        else:  # PEFT: a list matches names equal to, or ending in ".", an entry
-            chosen = [m for n, m in linears if any(n == t or n.endswith(f".{t}") for t in targets)]
-        if not chosen:
-            raise ValueError(f"lora_target_modules {targets!r} matches no Linear of {config.model_type!r}: name "
-                             "modules as PEFT does (e.g. q_proj v_proj, or all-linear)")
-        lora = sum(lora_r * (m.in_features + m.out_features) for m in chosen)
+        # PEFT itself picks the modules, on the meta device: the count is what training will create.
+        try:
+            peft_model = get_peft_model(model, LoraConfig(r=lora_r, target_modules=targets))
+        except ValueError as e:  # PEFT's NoMatchingPeftModuleError
+            raise ValueError(f"lora_target_modules {targets!r} matches no module of {config.model_type!r} ({e}): name "
+                             "modules as PEFT does (e.g. q_proj v_proj, or all-linear)") from e
+        lora = sum(p.numel() for n, p in peft_model.named_parameters() if "lora_" in n)
     h, i = config.hidden_size, config.intermediate_size
     kinds = list(getattr(config, "layer_types", None) or ["full_attention"] * config.num_hidden_layers)
     heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
