@@ -7,7 +7,11 @@ trainable parameters; and compares the memory with the plan for the same YAML an
 ```bash
 python eval/smoke_2b.py --recipes sft dpo grpo --out outputs/smoke-2b                    # one process, float32
 python eval/smoke_2b.py --recipes dpo --launcher zero3 --out outputs/smoke-2b            # 2 processes, ZeRO-3
+MALLOC_MMAP_THRESHOLD_=65536 python eval/smoke_2b.py --recipes sft grpo --out outputs/smoke-2b-freed  # live memory
 ```
+
+glibc keeps freed blocks for reuse, so a process's RSS overstates its live memory, most where generation and training
+alternate; with the environment variable above, blocks of 64 KiB and more go back to the system when freed (slower).
 
 A random-weight model writes no follow-up, so DPO cannot mine a pair from its own turns: the DPO smoke trains on
 `--pairs` (default: pairs mined by the testbed's main job; any `uturn mine` output works, the pairs are text), and
@@ -60,13 +64,14 @@ def overrides(recipe: str, launcher: str, out: Path, args) -> list[str]:
 
 class PeakRSS(threading.Thread):
     """Memory of every worker process under `pid`, twice a second: the kernel's high-water mark (VmHWM, the whole run,
-    loading included) and the largest RSS seen once `log` shows the trainer started (W&B's first line). On a CPU,
-    loading maps the bf16 file while it builds the fp32 weights, a peak a GPU's memory never sees."""
+    loading included) and the largest RSS seen once `log` shows the trainer started (W&B's first line), and of that
+    the anonymous part (RssAnon: without pages of mapped files such as the checkpoint). On a CPU, loading maps the
+    bf16 file while it builds the fp32 weights, a peak a GPU's memory never sees."""
 
     def __init__(self, pid: int, log: Path):
         super().__init__(daemon=True)
         self.pid, self.log, self.stopped = pid, log, threading.Event()
-        self.peaks, self.trained = {}, {}
+        self.peaks, self.trained, self.anon = {}, {}, {}
 
     def run(self):
         import psutil
@@ -85,11 +90,14 @@ class PeakRSS(threading.Thread):
                     rss = p.memory_info().rss
                 except (OSError, psutil.Error):
                     continue
-                if ("recipes/collab_" in cmd or "uturn_train.cli" in cmd) and "accelerate.commands" not in cmd:
-                    hwm = int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmHWM")))
-                    self.peaks[p.pid] = max(self.peaks.get(p.pid, 0), hwm * 1024)
+                if ("recipes/collab_" in cmd or "uturn_train.cli" in cmd or "/bin/uturn " in cmd) and (
+                        "accelerate.commands" not in cmd):
+                    kib = {line.split(":")[0]: int(line.split()[1]) for line in status.splitlines()
+                           if line.startswith(("VmHWM", "RssAnon"))}
+                    self.peaks[p.pid] = max(self.peaks.get(p.pid, 0), kib["VmHWM"] * 1024)
                     if started:
                         self.trained[p.pid] = max(self.trained.get(p.pid, 0), rss)
+                        self.anon[p.pid] = max(self.anon.get(p.pid, 0), kib["RssAnon"] * 1024)
 
 
 def import_baseline(launcher: str) -> float:
@@ -164,8 +172,11 @@ def run(recipe: str, args) -> dict:
     result = {"recipe": recipe, "launcher": launcher, "exit_code": code, "wall_seconds": round(time.perf_counter() -
               start, 1), "peak_rss_gib": sorted(round(v / 2**30, 2) for v in peaks.peaks.values()),
               "train_peak_rss_gib": sorted(round(v / 2**30, 2) for v in peaks.trained.values()),
+              "train_peak_anon_gib": sorted(round(v / 2**30, 2) for v in peaks.anon.values()),
               "import_baseline_gib": import_baseline(launcher),
               "cpu_capability": torch.backends.cpu.get_cpu_capability(), "threads": torch.get_num_threads(),
+              # set (e.g. 65536): freed blocks go back to the system, so RSS is live memory, as a GPU counts it
+              "malloc_mmap_threshold": os.environ.get("MALLOC_MMAP_THRESHOLD_"),
               "command": " ".join(cmd[2:])}
     if recipe == "mine":
         result["ok"] = code != 0 and "no follow-up pair mined" in tail
