@@ -59,7 +59,10 @@ def test_the_stand_in_loads_through_the_hub_path_with_its_own_weights(small_stan
                                            add_generation_prompt=True)
     assert prompt.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")  # TRL's real Qwen3.5 template
     card = json.loads((small_stand_in / "card.json").read_text())
-    assert card["stands_in_for"] == "Qwen/Qwen3.5-2B" and qwen3_5_2b.is_stand_in(small_stand_in)
+    assert card["stands_in_for"] == "Qwen/Qwen3.5-2B" and card["name"] == qwen3_5_2b.NAME
+    from uturn_train.plan import model_config
+
+    assert model_config(str(small_stand_in)).num_hidden_layers == card["text_config"]["num_hidden_layers"] < 24
 
 
 def test_lora_targets_of_the_stand_in_skip_the_vision_tower(small_stand_in):
@@ -141,4 +144,4 @@ def test_the_2b_dpo_smoke_trains_probes_and_fits_its_plan(shared_data, tmp_path)
     assert result["trainable_params"] == shape(model_config("Qwen/Qwen3.5-2B"), 32, None).lora_params
     # RSS less the Python side over the plan: 1.20 measured on AVX2 (RSS also holds what glibc keeps of freed blocks).
     assert 0.8 <= result["measured_over_plan"] <= 1.3, result
-    assert qwen3_5_2b.is_stand_in(tmp_path / "home" / qwen3_5_2b.NAME)
+    assert json.loads((tmp_path / "home" / qwen3_5_2b.NAME / "card.json").read_text())["name"] == qwen3_5_2b.NAME

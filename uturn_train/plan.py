@@ -54,12 +54,13 @@ class Shape:
 
 
 def model_config(name: str):
-    """The text config of `name`: the in-repo copy for Qwen/Qwen3.5-2B and the stand-in, else `AutoConfig`."""
+    """The text config of `name`: the in-repo copy for Qwen/Qwen3.5-2B and the stand-in's name, else `AutoConfig` (a
+    folder's own config: a shrunk build of the stand-in is planned as what it is)."""
     from transformers import AutoConfig
 
     from . import qwen3_5_2b
 
-    if name in (qwen3_5_2b.HUB_ID, qwen3_5_2b.NAME) or qwen3_5_2b.is_stand_in(name):
+    if name in (qwen3_5_2b.HUB_ID, qwen3_5_2b.NAME):
         return qwen3_5_2b.text_config()
     try:
         config = AutoConfig.from_pretrained(name)

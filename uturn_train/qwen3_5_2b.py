@@ -19,7 +19,6 @@ accelerate launch --config_file accelerate_configs/cpu.yaml recipes/collab_sft.p
 ```
 """
 
-import json
 import logging
 import random
 import time
@@ -145,7 +144,3 @@ def ensure_stand_in() -> Path:
         build(path)
     return path
 
-
-def is_stand_in(path: str | Path) -> bool:
-    card = Path(path) / "card.json"
-    return card.is_file() and json.loads(card.read_text()).get("name") == NAME
