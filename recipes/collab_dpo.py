@@ -41,6 +41,7 @@ def main(script_args, training_args, model_args, probe_args, mining_args):
     from trl import DPOTrainer
 
     from uturn_train import UserTurnProbeCallback
+    from uturn_train.distributed import keep_non_reentrant_checkpointing
     from uturn_train.mining import load_pairs, mine_pairs, mining_examples, resumable_pairs, save_pairs
     from uturn_train.models import load_model, load_tokenizer, lora_config
     from uturn_train.probe.history import report_probe_history
@@ -77,8 +78,10 @@ def main(script_args, training_args, model_args, probe_args, mining_args):
                   f"{card['seconds']:.0f} s -> {out}")
         pairs = Dataset.from_list(mined)  # every rank holds the same gathered pairs
 
+    requested = dict(training_args.gradient_checkpointing_kwargs or {})  # TRL's trainer rewrites it
     trainer = DPOTrainer(model=model, args=training_args, train_dataset=pairs, processing_class=tokenizer,
                          peft_config=lora_config(model_args), callbacks=[callback])
+    keep_non_reentrant_checkpointing(trainer, requested)  # ZeRO-3 + LoRA: see its docstring
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model(training_args.output_dir)
     if trainer.accelerator.is_main_process:

@@ -32,7 +32,7 @@ def main(training_args, model_args, probe_args, rl_args):
 
     from uturn_train import UserTurnProbeCallback
     from uturn_train.chat import role_header_starts, stop_strings
-    from uturn_train.distributed import gathered_if_zero3
+    from uturn_train.distributed import gathered_if_zero3, keep_non_reentrant_checkpointing
     from uturn_train.models import load_model, load_tokenizer, lora_config
     from uturn_train.probe.history import report_probe_history
     from uturn_train.rewards import LengthGuard, UserTurnReward, accuracy
@@ -68,8 +68,10 @@ def main(training_args, model_args, probe_args, rl_args):
           f"problems from {rl_args.prompt_source!r}")
 
     rewards = [UserTurnReward(tokenizer, role_header_starts(tokenizer)), LengthGuard(rl_args.user_turn_budget), accuracy]
+    requested = dict(training_args.gradient_checkpointing_kwargs or {})  # TRL's trainer rewrites it
     trainer = GRPOTrainer(model=model, reward_funcs=rewards, args=training_args, train_dataset=Dataset.from_list(rows),
                           processing_class=tokenizer, peft_config=lora_config(model_args), callbacks=[callback])
+    keep_non_reentrant_checkpointing(trainer, requested)  # ZeRO-3 + LoRA: see its docstring
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model(training_args.output_dir)
     if trainer.accelerator.is_main_process:

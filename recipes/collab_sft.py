@@ -33,6 +33,7 @@ def main(script_args, training_args, model_args, probe_args, data_args):
 
     from uturn_train import UserTurnProbeCallback
     from uturn_train.data import apply_loss_scope, check_messages, load_conversations, sft_dataset
+    from uturn_train.distributed import keep_non_reentrant_checkpointing
     from uturn_train.models import load_model, load_tokenizer, lora_config
     from uturn_train.probe.history import report_probe_history
     from uturn_train.tracking import wandb_offline_unless_logged_in
@@ -59,8 +60,10 @@ def main(script_args, training_args, model_args, probe_args, data_args):
         conversations = load_conversations(data_args)
     dataset = sft_dataset(conversations, tokenizer, data_args.loss_scope)
 
+    requested = dict(training_args.gradient_checkpointing_kwargs or {})  # TRL's trainer rewrites it
     trainer = SFTTrainer(model=model, args=training_args, train_dataset=dataset, processing_class=tokenizer,
                          peft_config=lora_config(model_args), callbacks=[callback])
+    keep_non_reentrant_checkpointing(trainer, requested)  # ZeRO-3 + LoRA: see its docstring
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model(training_args.output_dir)
     if trainer.accelerator.is_main_process:

@@ -161,9 +161,11 @@ def test_collab_grpo_rewards_user_turns_and_anchors(tiny_qwen_dir, data, tmp_pat
     assert {"rewards/user_turn/mean", "rewards/length_guard/mean", "rewards/accuracy/mean"} <= logged
 
 
-def launch(args: list[str], recipe_args: list[str], out: Path, timeout: int = 900, recipe: str = "collab_dpo") -> None:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", *args, str(ROOT / "recipes" / f"{recipe}.py"),
+def launch(args: list[str], recipe_args: list[str], out: Path, timeout: int = 900, recipe: str = "collab_dpo",
+           via: list[str] = (), env: dict | None = None) -> None:
+    """`via`: a script that runs the recipe (its path first), e.g. to instrument it."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1", **(env or {})}
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", *args, *via, str(ROOT / "recipes" / f"{recipe}.py"),
            *recipe_args]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
@@ -234,3 +236,34 @@ def test_collab_grpo_two_processes(launcher, tiny_qwen_dir, data, tmp_path):
                       *overrides(tiny_qwen_dir, data, out), *grpo_overrides(data)], out, recipe="collab_grpo")
     assert [r["step"] for r in history(out)] == [0, 2, 4]  # one record per probed step: only rank 0 writes
     assert {"self_attn.q_proj", "linear_attn.in_proj_qkv", "mlp.down_proj"} <= adapter_modules(out)
+
+
+@pytest.mark.slow
+def test_zero3_lora_releases_each_layer_after_its_backward(tiny_qwen_dir, data, tmp_path):
+    """TRL switches PEFT + ZeRO-3 to reentrant gradient checkpointing, under which DeepSpeed holds every frozen weight
+    it gathers to recompute a layer until the whole backward ends (`distributed.keep_non_reentrant_checkpointing`):
+    the recipe keeps it non-reentrant, so no layer weight is still gathered at the end of any backward, also after
+    DPO's reference forward and the step-0 probe switched checkpointing back on. Asked for, reentrant stays, the same
+    instrument then sees the held weights, and both train alike (same gradient norms)."""
+    ds_config = tmp_path / "zero3.json"
+    # The tiny model's weights are all under DeepSpeed's default persistence threshold (1e5), kept whole: none then.
+    ds_config.write_text(json.dumps({"zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0}, **{
+        k: "auto" for k in ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")}}))
+    held, grad_norms = {}, {}
+    for asked in (None, True):
+        out, log = tmp_path / f"dpo-{asked}", tmp_path / f"gathered-{asked}.jsonl"
+        asked_args = ["--gradient_checkpointing_kwargs", json.dumps({"use_reentrant": asked})] if asked else []
+        launch(["--use_deepspeed", "--deepspeed_config_file", str(ds_config), "--zero3_init_flag", "true",
+                "--num_processes", "2"],
+               ["--config", str(ROOT / "recipes" / "testbed" / "collab_dpo.yaml"),
+                *overrides(tiny_qwen_dir, data, out), *mining_overrides(data), "--gradient_checkpointing", "true",
+                *asked_args], out, via=[str(ROOT / "tests" / "scripts" / "zero3_gathered.py")],
+               env={"GATHERED_LOG": str(log)})
+        records = [json.loads(line) for line in log.read_text().splitlines()]
+        assert sorted((r["rank"], r["backward"]) for r in records) == [(k, b) for k in (0, 1) for b in (1, 2, 3, 4)]
+        held[asked] = [r["gathered_numel"] / r["layer_numel"] for r in records]
+        state = json.loads((out / "checkpoint-4" / "trainer_state.json").read_text())
+        grad_norms[asked] = [h["grad_norm"] for h in state["log_history"] if "grad_norm" in h]
+    assert max(held[None]) < 0.05, held  # what stays: the Gated DeltaNet's own small tensors (A_log, dt_bias, conv)
+    assert min(held[True]) > 0.5, held
+    assert len(grad_norms[None]) == 4 and grad_norms[None] == pytest.approx(grad_norms[True], rel=1e-4), grad_norms
