@@ -242,8 +242,9 @@ def test_collab_grpo_two_processes(launcher, tiny_qwen_dir, data, tmp_path):
 def test_zero3_lora_releases_each_layer_after_its_backward(tiny_qwen_dir, data, tmp_path):
     """TRL switches PEFT + ZeRO-3 to reentrant gradient checkpointing, under which DeepSpeed holds every frozen weight
     it gathers to recompute a layer until the whole backward ends (`distributed.keep_non_reentrant_checkpointing`):
-    the recipe keeps it non-reentrant, so no layer weight is still gathered at the end of any backward, also after
-    DPO's reference forward and the step-0 probe switched checkpointing back on. Asked for, reentrant stays, the same
+    the recipe keeps it non-reentrant, so the layers' weights are released at the end of every backward (but the Gated
+    DeltaNet's own small tensors), also after DPO's reference forward and the step-0 probe switched checkpointing back
+    on. Asked for, reentrant stays, the same
     instrument then sees the held weights, and both train alike (same gradient norms)."""
     ds_config = tmp_path / "zero3.json"
     # The tiny model's weights are all under DeepSpeed's default persistence threshold (1e5), kept whole: none then.
