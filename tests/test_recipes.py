@@ -244,8 +244,8 @@ def test_zero3_lora_releases_each_layer_after_its_backward(tiny_qwen_dir, data, 
     it gathers to recompute a layer until the whole backward ends (`distributed.keep_non_reentrant_checkpointing`):
     the recipe keeps it non-reentrant, so the layers' weights are released at the end of every backward (but the Gated
     DeltaNet's own small tensors), also after DPO's reference forward and the step-0 probe switched checkpointing back
-    on. Asked for, reentrant stays, the same
-    instrument then sees the held weights, and both train alike (same gradient norms)."""
+    on. Asked for, reentrant stays, the same instrument then sees the held weights, and both train alike (same
+    gradient norms)."""
     ds_config = tmp_path / "zero3.json"
     # The tiny model's weights are all under DeepSpeed's default persistence threshold (1e5), kept whole: none then.
     ds_config.write_text(json.dumps({"zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0}, **{

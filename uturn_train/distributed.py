@@ -73,8 +73,8 @@ def register_conv_weights(model) -> int:
     return count
 
 
-def keep_non_reentrant_checkpointing(trainer, requested: dict | None) -> bool:
-    """Under PEFT + ZeRO-3, undo TRL's switch to reentrant gradient checkpointing; True if it did.
+def keep_non_reentrant_checkpointing(trainer, requested: dict | None) -> None:
+    """Under PEFT + ZeRO-3, undo TRL's switch to reentrant gradient checkpointing.
 
     TRL's trainers set `use_reentrant=True` whenever PEFT meets ZeRO-3 (huggingface/trl#2514: a non-reentrant
     recompute read frozen weights as empty partitions), until DeepSpeed fixed that (deepspeedai/DeepSpeed#8148, in
@@ -82,20 +82,16 @@ def keep_non_reentrant_checkpointing(trainer, requested: dict | None) -> bool:
     whose post-backward hook never fires, so they stay gathered until the backward ends: all the base weights on every
     rank (the 2B DPO smoke under two ZeRO-3 processes: 3.4 GiB more per rank, killed). Transformers 5 reads
     `activation_checkpointing_kwargs`, so TRL's value reaches the model only when checkpointing is switched back on
-    (after DPO's reference forward, the probe's generation): from the second step. `requested` is the
-    `gradient_checkpointing_kwargs` the user gave, read before the trainer was built: an explicit `use_reentrant`
-    stays, and so does TRL's choice where DeepSpeed lacks the fix.
+    (after DPO's reference forward or the probe's generation). `requested` is the `gradient_checkpointing_kwargs` the
+    user gave, read before the trainer was built: an explicit `use_reentrant` stays, and so does TRL's choice where
+    DeepSpeed lacks the fix.
     """
     args = trainer.args
-    if (requested or {}).get("use_reentrant") is not None or not args.gradient_checkpointing:
-        return False
-    if not (trainer.is_deepspeed_enabled and trainer.accelerator.state.deepspeed_plugin.zero_stage == 3):
-        return False
+    forced = (args.gradient_checkpointing_kwargs or {}).get("use_reentrant") is True  # by TRL, for PEFT
+    if not (forced and args.gradient_checkpointing and (requested or {}).get("use_reentrant") is None
+            and trainer.is_deepspeed_enabled and trainer.accelerator.state.deepspeed_plugin.zero_stage == 3):
+        return
     from deepspeed.runtime.zero import partitioned_param_coordinator
 
-    if not hasattr(partitioned_param_coordinator, "update_recompute_parameters"):  # DeepSpeed without #8148
-        return False
-    if (args.gradient_checkpointing_kwargs or {}).get("use_reentrant") is not True:
-        return False  # TRL did not force it (no PEFT)
-    args.gradient_checkpointing_kwargs["use_reentrant"] = False
-    return True
+    if hasattr(partitioned_param_coordinator, "update_recompute_parameters"):  # DeepSpeed with #8148
+        args.gradient_checkpointing_kwargs["use_reentrant"] = False
