@@ -24,6 +24,7 @@ import argparse
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -159,13 +160,15 @@ def run(recipe: str, args) -> dict:
                "--config", f"recipes/qwen3.5-2b/collab_{recipe}.yaml", *overrides(recipe, launcher, out, args)]
     start = time.perf_counter()
     with open(out / "log.txt", "w") as log:
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        # Own process group: on a timeout the launcher's workers (~9 GiB each on the 2B) go with it.
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         peaks = PeakRSS(proc.pid, out / "log.txt")
         peaks.start()
         try:
             code = proc.wait(timeout=args.timeout)
         except subprocess.TimeoutExpired:
-            proc.kill()
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
             code = "timeout"
         peaks.stopped.set()
     tail = (out / "log.txt").read_text()[-4000:]
@@ -210,7 +213,7 @@ def main(argv=None):
     parser.add_argument("--pairs", default="outputs/testbed-collab-dpo/pairs", help="Pairs for the DPO smoke.")
     parser.add_argument("--max_length", type=int, default=64, help="SFT and DPO sequence length.")
     parser.add_argument("--probe_limit", type=int, default=4, help="GSM8K test problems per probe.")
-    parser.add_argument("--timeout", type=int, default=3600, help="Seconds per run.")
+    parser.add_argument("--timeout", type=int, default=7200, help="Seconds per run (then its processes are killed).")
     args = parser.parse_args(argv)
     if "dpo" in args.recipes and not Path(args.pairs, "dataset_info.json").is_file():
         sys.exit(f"--pairs {args.pairs}: no pairs there; run the README's main job first, or `uturn mine` any model")

@@ -61,7 +61,7 @@ def main(training_args, model_args, probe_args, rl_args):
     state = training_args.distributed_state if training_args.world_size > 1 else None
     if not is_deepspeed_zero3_enabled():  # ZeRO-3 placed its partitions already
         model.to(training_args.device)
-    with gathered_if_zero3(model):
+    with gathered_if_zero3(model, whole=training_args.ds3_gather_for_generation):  # the answers, as the rollouts
         rows = grpo_rows(model, tokenizer, examples, rl_args, state=state)
     n_anchors = sum(r["kind"] == "anchor" for r in rows)
     print(f"{len(rows) - n_anchors} user-turn prompts ({rl_args.prompt_setting} answers) and {n_anchors} anchor "

@@ -163,10 +163,11 @@ def test_collab_grpo_rewards_user_turns_and_anchors(tiny_qwen_dir, data, tmp_pat
 
 def launch(args: list[str], recipe_args: list[str], out: Path, timeout: int = 900, recipe: str = "collab_dpo",
            via: list[str] = (), env: dict | None = None) -> None:
-    """`via`: a script that runs the recipe (its path first), e.g. to instrument it."""
+    """`via`: a script that runs the recipe (its path first), e.g. to instrument it. `recipe`: a recipe's name, or the
+    path of a script to launch instead."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1", **(env or {})}
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", *args, *via, str(ROOT / "recipes" / f"{recipe}.py"),
-           *recipe_args]
+    script = recipe if recipe.endswith(".py") else str(ROOT / "recipes" / f"{recipe}.py")
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", *args, *via, script, *recipe_args]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
 
@@ -225,15 +226,19 @@ def test_a_crash_between_a_save_and_its_probe_is_made_good_on_resume(tiny_qwen_d
     assert "probing the restored checkpoint of step 2" in resumed.stderr
 
 
+ZERO3 = ["--config_file", str(ROOT / "accelerate_configs" / "deepspeed_zero3.yaml"), "--num_processes", "2"]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("launcher", [
-    ["--multi_gpu", "--num_processes", "2"],
-    ["--config_file", str(ROOT / "accelerate_configs" / "deepspeed_zero3.yaml"), "--num_processes", "2"],
-], ids=["ddp", "zero3"])
-def test_collab_grpo_two_processes(launcher, tiny_qwen_dir, data, tmp_path):
+@pytest.mark.parametrize("launcher, options", [
+    (["--multi_gpu", "--num_processes", "2"], []),
+    (ZERO3, []),
+    (ZERO3, ["--ds3_gather_for_generation", "false"]),  # answers and rollouts layer by layer (see the test below)
+], ids=["ddp", "zero3", "zero3-layerwise"])
+def test_collab_grpo_two_processes(launcher, options, tiny_qwen_dir, data, tmp_path):
     out = tmp_path / "grpo"
     launch(launcher, ["--config", str(ROOT / "recipes" / "testbed" / "collab_grpo.yaml"),
-                      *overrides(tiny_qwen_dir, data, out), *grpo_overrides(data)], out, recipe="collab_grpo")
+                      *overrides(tiny_qwen_dir, data, out), *grpo_overrides(data), *options], out, recipe="collab_grpo")
     assert [r["step"] for r in history(out)] == [0, 2, 4]  # one record per probed step: only rank 0 writes
     assert {"self_attn.q_proj", "linear_attn.in_proj_qkv", "mlp.down_proj"} <= adapter_modules(out)
 
@@ -268,3 +273,19 @@ def test_zero3_lora_releases_each_layer_after_its_backward(tiny_qwen_dir, data, 
     assert max(held[None]) < 0.05, held  # what stays: the Gated DeltaNet's own small tensors (A_log, dt_bias, conv)
     assert min(held[True]) > 0.5, held
     assert len(grad_norms[None]) == 4 and grad_norms[None] == pytest.approx(grad_norms[True], rel=1e-4), grad_norms
+
+
+@pytest.mark.slow
+def test_zero3_answers_layer_by_layer_before_the_trainer(tiny_qwen_dir, tmp_path):
+    """Collab GRPO writes its prompts' answers before the trainer wraps the model; under ZeRO-3 with
+    `--ds3_gather_for_generation false` (`gathered_if_zero3(whole=False)`) each layer gathers its weights for its own
+    forward only: the same greedy answers as with the whole model gathered, on each rank at most the largest module
+    gathered at once (the tiny model's embedding, 27%) instead of all of it, and nothing left gathered after."""
+    launch(["--multi_gpu", "--num_processes", "2"], [str(tiny_qwen_dir), str(tmp_path / "answers")], tmp_path,
+           recipe=str(ROOT / "tests" / "scripts" / "zero3_answers.py"))
+    for rank in (0, 1):
+        result = json.loads((tmp_path / f"answers.{rank}.json").read_text())
+        whole, per_layer = result["whole"], result["per_layer"]
+        assert len(whole["answers"]) == 5 and per_layer["answers"] == whole["answers"]
+        assert whole["max_share"] == 1.0 and per_layer["max_share"] < 0.3, result
+        assert whole["share_after"] == per_layer["share_after"] == 0.0

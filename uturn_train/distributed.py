@@ -1,7 +1,7 @@
 """Work split across the processes of `accelerate launch` and gathered back in order on every rank; ZeRO-3's gathers."""
 
 from collections.abc import Callable
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 
 
 def map_sharded(items: list, fn: Callable[[list, int], list], state=None) -> list:
@@ -30,12 +30,16 @@ def map_sharded(items: list, fn: Callable[[list, int], list], state=None) -> lis
     return [by_index[i] for i in range(len(items))]
 
 
-def gathered_if_zero3(model):
+def gathered_if_zero3(model, whole: bool = True):
     """Gather ZeRO-3 partitioned parameters for generation before a trainer wraps the model (mining, RL answers).
 
     Before the trainer wraps it, a model loaded under ZeRO-3 (`zero3_init_flag`) holds partitions without the engine's
-    hooks: gather them once for the whole generation, as TRL's `unwrap_model_for_generation` does. A collective: every
-    rank gets here. Elsewhere a no-op.
+    hooks. `whole`: gather them once for the whole generation, as TRL's `unwrap_model_for_generation` does (the whole
+    model on every rank). Otherwise each decoder layer (the model's `_no_split_modules`) and each other module with
+    weights of its own gathers them for its forward only and releases them after, as TRL's
+    `ds3_gather_for_generation=False` generates through the engine: one layer at a time beside the partition, every
+    forward gathering again. A collective: every rank gets here and runs the same forwards (`generate` syncs ranks
+    under ZeRO-3, `map_sharded` pads shards). Elsewhere a no-op.
     """
     from transformers.integrations import is_deepspeed_zero3_enabled
 
@@ -43,7 +47,40 @@ def gathered_if_zero3(model):
         return nullcontext()
     import deepspeed
 
-    return deepspeed.zero.GatheredParameters(list(model.parameters()))
+    if whole:
+        return deepspeed.zero.GatheredParameters(list(model.parameters()))
+    return _gathered_per_layer(model, deepspeed.zero.GatheredParameters)
+
+
+@contextmanager
+def _gathered_per_layer(model, gathered):
+    names = set(getattr(model, "_no_split_modules", None) or [])
+    layers = [m for m in model.modules() if type(m).__name__ in names]
+    if not layers:
+        raise ValueError(f"{type(model).__name__} names no decoder layer class (`_no_split_modules`), so it cannot be "
+                         "gathered layer by layer under ZeRO-3: set --ds3_gather_for_generation true")
+    # A layer gathers all its weights, its submodules' included: Qwen3.5's Gated DeltaNet reads `conv1d.weight` without
+    # calling `conv1d` (see `register_conv_weights`). Any other module gathers its own (embeddings, norm, head).
+    inside = {id(p) for layer in layers for p in layer.parameters()}
+    units = [(layer, list(layer.parameters())) for layer in layers]
+    units += [(m, own) for m in model.modules() if (own := [p for p in m.parameters(recurse=False)
+                                                              if id(p) not in inside])]
+    handles, open_ = [], {}
+
+    def enter(module, params):
+        open_[id(module)] = gathered(params)
+        open_[id(module)].__enter__()
+
+    for module, params in units:
+        handles.append(module.register_forward_pre_hook(lambda m, args, params=params: enter(m, params)))
+        handles.append(module.register_forward_hook(lambda m, args, out: open_.pop(id(m)).__exit__(None, None, None)))
+    try:
+        yield model
+    finally:
+        for handle in handles:
+            handle.remove()
+        for ctx in open_.values():  # a forward that raised: give its gathered weights back
+            ctx.__exit__(None, None, None)
 
 
 def register_conv_weights(model) -> int:

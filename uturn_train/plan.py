@@ -20,7 +20,8 @@ read them. LoRA runs only. What is counted, per device (GiB):
   turns, after an answer), mining's (DPO without pairs) or GRPO's rollouts; its cache (full-attention keys and values,
   Gated DeltaNet's recurrent and convolution states), the prefill's MLP over every prompt token at once, and under
   ZeRO-3 the whole model gathered on every device (or its largest module, when generating layer by layer:
-  `probe_ds3_gather` / `ds3_gather_for_generation` false; mining always gathers).
+  `probe_ds3_gather` / `ds3_gather_for_generation` false, the latter also for the answers GRPO writes before
+  training; mining always gathers).
 
 The peak is weights + LoRA + the larger of the training step and generation. Not counted: the CUDA context and the
 allocator's fragmentation (budget ~1-2 GB on a GPU), the Python process (~1 GB of host memory), the data. Checked
