@@ -41,11 +41,13 @@ LAUNCHERS = {
 
 def overrides(recipe: str, launcher: str, out: Path, args) -> list[str]:
     """The 2B YAML's values that change: length, steps, local data, precision; nothing else."""
-    # float32: this CPU has no native bf16 (emulated, ~200x slower than fp32 in a matmul here). Two fp32 ranks that each
-    # gather the whole model to generate would not fit in 24 GB, so under ZeRO-3 generation goes layer by layer.
+    # float32: a CPU without AVX512-BF16 or AMX emulates bf16 (the AVX2 machine: ~200x slower than fp32 in a matmul).
+    # Two fp32 ranks that each gather the whole model to generate take 11.3 GiB each, too close to 24 GB (GRPO's final
+    # probe was killed there with a small test beside it), so under ZeRO-3 all generation goes layer by layer.
     gather = []
     if launcher == "zero3":
-        gather = ["--ds3_gather_for_generation", "false"] if recipe == "grpo" else ["--probe_ds3_gather", "false"]
+        gather = ["--probe_ds3_gather", "false"]
+        gather += ["--ds3_gather_for_generation", "false"] if recipe == "grpo" else []
     common = ["--model_name_or_path", "qwen3.5-2b-random", "--dtype", "float32", "--bf16", "false", "--use_cpu", "true",
               *gather,
               "--max_steps", "2", "--save_steps", "2",

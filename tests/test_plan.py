@@ -50,7 +50,8 @@ def test_components_follow_the_knobs(q2b):
     assert z3["generation"] > base["generation"] + 0.8 * base["weights"]
     assert z3["lora"] < z2["lora"] < ddp["lora"] == base["lora"]
     layerwise = plan(values(probe_ds3_gather=False), 8, "zero3", q2b)  # only the embedding, the largest module
-    assert layerwise["generation"] == pytest.approx(z3["generation"] - 7 / 8 * q2b.params * 2 + 248320 * 2048 * 2)
+    # Gathered at full size beside the shard (DeepSpeed keeps the partition): the whole model, or the embedding.
+    assert layerwise["generation"] == pytest.approx(z3["generation"] - q2b.params * 2 + 248320 * 2048 * 2)
     # Mining (DPO without pairs) always gathers the whole model: layer by layer for the probe does not help it.
     mining = plan(values(probe_ds3_gather=False, dataset_name=None, mine_batch_size=64, mine_samples=8), 8, "zero3",
                   q2b)
