@@ -32,7 +32,7 @@ def main(training_args, model_args, probe_args, rl_args):
 
     from uturn_train import UserTurnProbeCallback
     from uturn_train.chat import role_header_starts, stop_strings
-    from uturn_train.distributed import gathered_if_zero3, keep_non_reentrant_checkpointing
+    from uturn_train.distributed import gathered_if_zero3, keep_non_reentrant_checkpointing, never_replay_zero3_trace
     from uturn_train.models import load_model, load_tokenizer, lora_config
     from uturn_train.probe.history import report_probe_history
     from uturn_train.rewards import LengthGuard, UserTurnReward, accuracy
@@ -72,6 +72,7 @@ def main(training_args, model_args, probe_args, rl_args):
     trainer = GRPOTrainer(model=model, reward_funcs=rewards, args=training_args, train_dataset=Dataset.from_list(rows),
                           processing_class=tokenizer, peft_config=lora_config(model_args), callbacks=[callback])
     keep_non_reentrant_checkpointing(trainer, requested)  # ZeRO-3 + LoRA: see its docstring
+    never_replay_zero3_trace(trainer)  # ZeRO-3: see its docstring
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model(training_args.output_dir)
     if trainer.accelerator.is_main_process:

@@ -226,21 +226,50 @@ def test_a_crash_between_a_save_and_its_probe_is_made_good_on_resume(tiny_qwen_d
     assert "probing the restored checkpoint of step 2" in resumed.stderr
 
 
-ZERO3 = ["--config_file", str(ROOT / "accelerate_configs" / "deepspeed_zero3.yaml"), "--num_processes", "2"]
+@pytest.mark.slow
+@pytest.mark.parametrize("launcher", [
+    ["--multi_gpu", "--num_processes", "2"],
+    ["--config_file", str(ROOT / "accelerate_configs" / "deepspeed_zero3.yaml"), "--num_processes", "2"],
+], ids=["ddp", "zero3"])
+def test_collab_grpo_two_processes(launcher, tiny_qwen_dir, data, tmp_path):
+    out = tmp_path / "grpo"
+    launch(launcher, ["--config", str(ROOT / "recipes" / "testbed" / "collab_grpo.yaml"),
+                      *overrides(tiny_qwen_dir, data, out), *grpo_overrides(data)], out, recipe="collab_grpo")
+    assert [r["step"] for r in history(out)] == [0, 2, 4]  # one record per probed step: only rank 0 writes
+    assert {"self_attn.q_proj", "linear_attn.in_proj_qkv", "mlp.down_proj"} <= adapter_modules(out)
+
+
+def zero3_partitioning_all(tmp_path) -> list[str]:
+    """`accelerate launch` options for ZeRO-3 on 2 processes with every weight partitioned: the tiny model's are all
+    under DeepSpeed's default persistence threshold (1e5), kept whole, so nothing would ever be gathered."""
+    ds_config = tmp_path / "zero3.json"
+    ds_config.write_text(json.dumps({"zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0}, **{
+        k: "auto" for k in ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")}}))
+    return ["--use_deepspeed", "--deepspeed_config_file", str(ds_config), "--zero3_init_flag", "true",
+            "--num_processes", "2"]
+
+
+def held_after_each_backward(log: Path) -> list[float]:
+    """Per rank and backward (4 each), the share of the layers' weights still gathered (`zero3_gathered.py`)."""
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    assert sorted((r["rank"], r["backward"]) for r in records) == [(k, b) for k in (0, 1) for b in (1, 2, 3, 4)]
+    return [r["gathered_numel"] / r["layer_numel"] for r in records]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("launcher, options", [
-    (["--multi_gpu", "--num_processes", "2"], []),
-    (ZERO3, []),
-    (ZERO3, ["--ds3_gather_for_generation", "false"]),  # answers and rollouts layer by layer (see the test below)
-], ids=["ddp", "zero3", "zero3-layerwise"])
-def test_collab_grpo_two_processes(launcher, options, tiny_qwen_dir, data, tmp_path):
-    out = tmp_path / "grpo"
-    launch(launcher, ["--config", str(ROOT / "recipes" / "testbed" / "collab_grpo.yaml"),
-                      *overrides(tiny_qwen_dir, data, out), *grpo_overrides(data), *options], out, recipe="collab_grpo")
-    assert [r["step"] for r in history(out)] == [0, 2, 4]  # one record per probed step: only rank 0 writes
-    assert {"self_attn.q_proj", "linear_attn.in_proj_qkv", "mlp.down_proj"} <= adapter_modules(out)
+def test_collab_grpo_zero3_layer_by_layer_releases_each_layer(tiny_qwen_dir, data, tmp_path):
+    """Collab GRPO under ZeRO-3 with its answers and rollouts generated layer by layer (`--ds3_gather_for_generation
+    false`, see the last test) trains and probes, and every backward ends with the layers' weights released (but the
+    Gated DeltaNet's own small tensors), also on every second step, where DeepSpeed's replayed trace held all of them
+    (`distributed.never_replay_zero3_trace`; 100% at backwards 2 and 4 without it, same gradient norms)."""
+    out, log = tmp_path / "grpo", tmp_path / "gathered.jsonl"
+    recipe_args = ["--config", str(ROOT / "recipes" / "testbed" / "collab_grpo.yaml"),
+                   *overrides(tiny_qwen_dir, data, out), *grpo_overrides(data), "--ds3_gather_for_generation", "false",
+                   "--gradient_checkpointing", "true"]
+    launch(zero3_partitioning_all(tmp_path), recipe_args, out, recipe="collab_grpo",
+           via=[str(ROOT / "tests" / "scripts" / "zero3_gathered.py")], env={"GATHERED_LOG": str(log)})
+    assert [r["step"] for r in history(out)] == [0, 2, 4]
+    assert max(held_after_each_backward(log)) < 0.05
 
 
 @pytest.mark.slow
@@ -251,23 +280,16 @@ def test_zero3_lora_releases_each_layer_after_its_backward(tiny_qwen_dir, data, 
     DeltaNet's own small tensors), also after DPO's reference forward and the step-0 probe switched checkpointing back
     on. Asked for, reentrant stays, the same instrument then sees the held weights, and both train alike (same
     gradient norms)."""
-    ds_config = tmp_path / "zero3.json"
-    # The tiny model's weights are all under DeepSpeed's default persistence threshold (1e5), kept whole: none then.
-    ds_config.write_text(json.dumps({"zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0}, **{
-        k: "auto" for k in ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")}}))
     held, grad_norms = {}, {}
     for asked in (None, True):
         out, log = tmp_path / f"dpo-{asked}", tmp_path / f"gathered-{asked}.jsonl"
         asked_args = ["--gradient_checkpointing_kwargs", json.dumps({"use_reentrant": asked})] if asked else []
-        launch(["--use_deepspeed", "--deepspeed_config_file", str(ds_config), "--zero3_init_flag", "true",
-                "--num_processes", "2"],
+        launch(zero3_partitioning_all(tmp_path),
                ["--config", str(ROOT / "recipes" / "testbed" / "collab_dpo.yaml"),
                 *overrides(tiny_qwen_dir, data, out), *mining_overrides(data), "--gradient_checkpointing", "true",
                 *asked_args], out, via=[str(ROOT / "tests" / "scripts" / "zero3_gathered.py")],
                env={"GATHERED_LOG": str(log)})
-        records = [json.loads(line) for line in log.read_text().splitlines()]
-        assert sorted((r["rank"], r["backward"]) for r in records) == [(k, b) for k in (0, 1) for b in (1, 2, 3, 4)]
-        held[asked] = [r["gathered_numel"] / r["layer_numel"] for r in records]
+        held[asked] = held_after_each_backward(log)
         state = json.loads((out / "checkpoint-4" / "trainer_state.json").read_text())
         grad_norms[asked] = [h["grad_norm"] for h in state["log_history"] if "grad_norm" in h]
     assert max(held[None]) < 0.05, held  # what stays: the Gated DeltaNet's own small tensors (A_log, dt_bias, conv)

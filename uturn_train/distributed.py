@@ -132,3 +132,36 @@ def keep_non_reentrant_checkpointing(trainer, requested: dict | None) -> None:
 
     if hasattr(partitioned_param_coordinator, "update_recompute_parameters"):  # DeepSpeed with #8148
         args.gradient_checkpointing_kwargs["use_reentrant"] = False
+
+
+
+def never_replay_zero3_trace(trainer) -> None:
+    """Under ZeRO-3, drop DeepSpeed's module trace as soon as it is complete, so that it is never replayed (GRPO).
+
+    DeepSpeed records the order in which modules fetch their weights, then replays it to prefetch and to decide what to
+    release. Under collab GRPO (LoRA, non-reentrant gradient checkpointing, generation before every step), DeepSpeed
+    0.19.8 keeps every decoder layer's weights gathered through the backward of every second step:
+    `tests/scripts/zero3_gathered.py` on the tiny model finds all of them held at backwards 2 and 4, none at 1 and 3,
+    and none at all when no trace is ever replayed (neither the reuse distance nor prefetching is the cause: both set
+    to 0, they stay held). Without replay every step releases each layer after its backward, at the cost of
+    DeepSpeed's prefetching. SFT and DPO hold none (checked the same way): not needed there. Elsewhere a no-op.
+    """
+    from transformers import TrainerCallback
+    from transformers.integrations import is_deepspeed_zero3_enabled
+
+    if not is_deepspeed_zero3_enabled():
+        return
+
+    class NeverReplay(TrainerCallback):
+        def on_train_begin(self, args, state, control, **kwargs):  # the DeepSpeed engine exists from here
+            coordinator = trainer.model_wrapped.optimizer.parameter_offload.get_param_coordinator()
+            reset_step = coordinator.reset_step
+
+            def reset_without_replay():  # DeepSpeed calls it at the start of every forward and after every backward
+                reset_step()
+                if coordinator.is_complete_trace():
+                    coordinator._invalidate_trace()
+
+            coordinator.reset_step = reset_without_replay
+
+    trainer.add_callback(NeverReplay())
