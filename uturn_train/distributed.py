@@ -1,7 +1,10 @@
 """Work split across the processes of `accelerate launch` and gathered back in order on every rank; ZeRO-3's gathers."""
 
+import logging
 from collections.abc import Callable
 from contextlib import contextmanager, nullcontext
+
+logger = logging.getLogger(__name__)
 
 
 def map_sharded(items: list, fn: Callable[[list, int], list], state=None) -> list:
@@ -134,7 +137,6 @@ def keep_non_reentrant_checkpointing(trainer, requested: dict | None) -> None:
         args.gradient_checkpointing_kwargs["use_reentrant"] = False
 
 
-
 def never_replay_zero3_trace(trainer) -> None:
     """Under ZeRO-3, drop DeepSpeed's module trace as soon as it is complete, so that it is never replayed (GRPO).
 
@@ -155,6 +157,9 @@ def never_replay_zero3_trace(trainer) -> None:
     class NeverReplay(TrainerCallback):
         def on_train_begin(self, args, state, control, **kwargs):  # the DeepSpeed engine exists from here
             coordinator = trainer.model_wrapped.optimizer.parameter_offload.get_param_coordinator()
+            if not hasattr(coordinator, "_invalidate_trace"):  # a private name, which a later DeepSpeed may rename
+                logger.warning("this DeepSpeed has no `_invalidate_trace`: its trace replay may hold layer weights")
+                return
             reset_step = coordinator.reset_step
 
             def reset_without_replay():  # DeepSpeed calls it at the start of every forward and after every backward
