@@ -4,7 +4,7 @@ weights gathered at once on this rank while generating. Every parameter is parti
 
     accelerate launch --multi_gpu --num_processes 2 tests/scripts/zero3_answers.py MODEL_DIR OUT_PREFIX
 
-Writes OUT_PREFIX.<rank>.json: {"whole": {"answers", "max_share"}, "per_layer": {...}}.
+Writes OUT_PREFIX.<rank>.json: {"whole": {"answers", "max_share", "share_after"}, "per_layer": {...}}.
 """
 
 import json
@@ -31,7 +31,7 @@ tokenizer = AutoTokenizer.from_pretrained(model_dir)
 model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
 params = list(model.parameters())
 total = sum(p.ds_numel for p in params)
-# Unequal lengths, 5 prompts over 2 ranks: shards are padded, ranks stop generating at different steps.
+# Unequal lengths, 5 prompts over 2 ranks: `map_sharded` pads the shards, `generate` keeps the ranks in step.
 queries = ["What is 2 + 3?", "Tom has 4 apples and buys 7 more. How many now?", "Name a colour.",
            "A train goes 60 km in 1 hour. How far in 3 hours?", "Why?"]
 examples = [Example(id=str(i), query=q) for i, q in enumerate(queries)]
