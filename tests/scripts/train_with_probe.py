@@ -46,4 +46,8 @@ if __name__ == "__main__":
     if len(sys.argv) > 4:
         judge = dict(probe_labeler="both", probe_judge_base_url=sys.argv[4], probe_judge_model="judge-model",
                      probe_judge_cache_dir=f"{sys.argv[2]}/judge_cache")
-    make_trainer(*sys.argv[1:4], probe_ds3_gather=os.environ.get("PROBE_DS3_GATHER", "1") == "1", **judge).train()
+    trainer = make_trainer(*sys.argv[1:4], probe_ds3_gather=os.environ.get("PROBE_DS3_GATHER", "1") == "1", **judge)
+    trainer.train()
+    # Destroys the process group, as the recipes do: a gloo group left to the interpreter's exit can abort a rank
+    # ("terminate called without an active exception", SIGABRT; pytorch/pytorch#179291 describes why).
+    trainer.end()

@@ -54,3 +54,4 @@ for name, whole in (("whole", True), ("per_layer", False)):
     result[name] = {"answers": answers, "max_share": peak["numel"] / total, "share_after": after / total}
 with open(f"{prefix}.{state.process_index}.json", "w") as f:
     json.dump(result, f)
+state.destroy_process_group()  # as `train_with_probe.py` does, and why
