@@ -172,15 +172,20 @@ def launch(args: list[str], recipe_args: list[str], out: Path, timeout: int = 90
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
 
 
+ZERO3 = ["--config_file", str(ROOT / "accelerate_configs" / "deepspeed_zero3.yaml"), "--num_processes", "2"]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("launcher", [
-    ["--multi_gpu", "--num_processes", "2"],
-    ["--config_file", str(ROOT / "accelerate_configs" / "deepspeed_zero3.yaml"), "--num_processes", "2"],
-], ids=["ddp", "zero3"])
-def test_collab_dpo_two_processes(launcher, tiny_qwen_dir, data, tmp_path):
+@pytest.mark.parametrize("launcher, dtype", [
+    (["--multi_gpu", "--num_processes", "2"], []),
+    (ZERO3, []),
+    # The 2B YAMLs' precision: bf16 weights, gathered over gloo and trained by DeepSpeed's bf16 engine.
+    (ZERO3, ["--dtype", "bfloat16", "--bf16", "true"]),
+], ids=["ddp", "zero3", "zero3-bf16"])
+def test_collab_dpo_two_processes(launcher, dtype, tiny_qwen_dir, data, tmp_path):
     out = tmp_path / "dpo"
     launch(launcher, ["--config", str(ROOT / "recipes" / "testbed" / "collab_dpo.yaml"),
-                      *overrides(tiny_qwen_dir, data, out), *mining_overrides(data)], out)
+                      *overrides(tiny_qwen_dir, data, out), *mining_overrides(data), *dtype], out)
     # 5 prompts over 2 ranks: the padded duplicate is dropped, every prompt is mined once.
     card = json.loads((out / "pairs" / "mining_card.json").read_text())
     assert card["n_prompts"] == 5
