@@ -7,6 +7,7 @@ trainable parameters; and compares the memory with the plan for the same YAML an
 ```bash
 python eval/smoke_2b.py --recipes sft dpo grpo --out outputs/smoke-2b                    # one process, float32
 python eval/smoke_2b.py --recipes dpo --launcher zero3 --out outputs/smoke-2b            # 2 processes, ZeRO-3
+python eval/smoke_2b.py --recipes dpo_mining --launcher zero3 --out outputs/smoke-2b     # DPO mining its own pairs
 MALLOC_MMAP_THRESHOLD_=65536 python eval/smoke_2b.py --recipes sft grpo --out outputs/smoke-2b-freed  # live memory
 ```
 
@@ -16,8 +17,12 @@ alternate; with the environment variable above, blocks of 64 KiB and more go bac
 A random-weight model writes no follow-up, so DPO cannot mine a pair from its own turns: the DPO smoke trains on
 `--pairs` (default: pairs mined by the testbed's main job; any `uturn mine` output works, the pairs are text), and
 `--recipes mine` runs `uturn mine` on the 2B alone, which passes when it ends with the clear "no follow-up pair mined"
-error after generating and labelling every turn. Results: `<out>/<recipe>-<launcher>/smoke.json`, and a line each
-on stdout.
+error after generating and labelling every turn. `--recipes dpo_mining` runs collab DPO without pairs, so that the
+recipe mines its own on the same problems (under ZeRO-3: over both processes) and ends with that error; in bf16
+weights, because mining gathers the whole model on every rank under ZeRO-3 (two fp32 ranks would need ~11.3 GiB
+each) and a CPU with AVX512-BF16 or AMX runs bf16 natively. (Real follow-ups of OASST as references do not help: a
+reference is chosen only if grounded in the model's own answer, and a random model's answer grounds none.) Results:
+`<out>/<recipe>-<launcher>/smoke.json`, and a line each on stdout.
 """
 
 import argparse
@@ -33,6 +38,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("UTURN_SHARED_DATA", ROOT.parent / "shared" / "data"))
+# 4 GSM8K train problems, 2 sampled user turns at T=1.0 beside the greedy one, 8-token answers and turns
+MINING = ["--mine_source", "gsm8k", "--mine_data", str(SHARED / "gsm8k" / "train.jsonl"), "--mine_limit", "4",
+          "--mine_samples", "2", "--mine_max_new_tokens", "8", "--mine_answer_max_new_tokens", "8",
+          "--mine_batch_size", "4"]
 LAUNCHERS = {
     "one": ["--config_file", "accelerate_configs/cpu.yaml"],
     "zero3": ["--config_file", "accelerate_configs/deepspeed_zero3.yaml", "--num_processes", "2"],
@@ -44,12 +53,13 @@ def overrides(recipe: str, launcher: str, out: Path, args) -> list[str]:
     # float32: a CPU without AVX512-BF16 or AMX emulates bf16 (the AVX2 machine: ~200x slower than fp32 in a matmul).
     # Two fp32 ranks that each gather the whole model to generate take 11.3 GiB each, too close to 24 GB (GRPO's final
     # probe was killed there with a small test beside it), so under ZeRO-3 all generation goes layer by layer.
-    gather = []
+    gather, dtype = [], ["--dtype", "float32", "--bf16", "false"]
+    if recipe == "dpo_mining":  # whole-model gathers to mine under ZeRO-3, so bf16 weights (see the docstring)
+        dtype = ["--dtype", "bfloat16", "--bf16", "true"]
     if launcher == "zero3":
         gather = ["--probe_ds3_gather", "false"]
         gather += ["--ds3_gather_for_generation", "false"] if recipe == "grpo" else []
-    common = ["--model_name_or_path", "qwen3.5-2b-random", "--dtype", "float32", "--bf16", "false", "--use_cpu", "true",
-              *gather,
+    common = ["--model_name_or_path", "qwen3.5-2b-random", *dtype, "--use_cpu", "true", *gather,
               "--max_steps", "2", "--save_steps", "2",
               "--logging_steps", "1", "--gradient_accumulation_steps", "1", "--output_dir", str(out),
               "--run_name", out.name, "--probe_data", str(SHARED / "gsm8k" / "test.jsonl"), "--probe_limit",
@@ -60,6 +70,8 @@ def overrides(recipe: str, launcher: str, out: Path, args) -> list[str]:
         return [*common, "--collab_data", str(SHARED / "oasst" / "en_100_tree.jsonl"), *length]
     if recipe == "dpo":
         return [*common, "--dataset_name", args.pairs, *length]
+    if recipe == "dpo_mining":
+        return [*common, *MINING, *length]
     return [*common, "--prompt_data", str(SHARED / "gsm8k" / "train.jsonl"), "--prompt_limit", "16",
             "--prompt_answer_max_new_tokens", "8", "--max_completion_length", "8", "--num_generations", "8",
             "--per_device_train_batch_size", "8"]
@@ -67,13 +79,13 @@ def overrides(recipe: str, launcher: str, out: Path, args) -> list[str]:
 
 class PeakRSS(threading.Thread):
     """Memory of every worker process under `pid`, twice a second: the kernel's high-water mark (VmHWM, the whole run,
-    loading included) and the largest RSS seen once `log` shows the trainer started (W&B's first line), and of that
-    the anonymous part (RssAnon: without pages of mapped files such as the checkpoint). On a CPU, loading maps the
-    bf16 file while it builds the fp32 weights, a peak a GPU's memory never sees."""
+    loading included) and the largest RSS seen once `log` shows `marker` (the trainer's start: W&B's first line), and
+    of that the anonymous part (RssAnon: without pages of mapped files such as the checkpoint). On a CPU, loading maps
+    the bf16 file while it builds the fp32 weights, a peak a GPU's memory never sees."""
 
-    def __init__(self, pid: int, log: Path):
+    def __init__(self, pid: int, log: Path, marker: str = "wandb:"):
         super().__init__(daemon=True)
-        self.pid, self.log, self.stopped = pid, log, threading.Event()
+        self.pid, self.log, self.marker, self.stopped = pid, log, marker, threading.Event()
         self.peaks, self.trained, self.anon = {}, {}, {}
 
     def run(self):
@@ -85,7 +97,7 @@ class PeakRSS(threading.Thread):
                 procs = [root, *root.children(recursive=True)]
             except psutil.NoSuchProcess:
                 return
-            started = started or "wandb:" in self.log.read_text(errors="replace")
+            started = started or self.marker in self.log.read_text(errors="replace")
             for p in procs:
                 try:
                     status = Path(f"/proc/{p.pid}/status").read_text()
@@ -130,18 +142,24 @@ def step_seconds(out: Path) -> list[float]:
 
 
 def planned(recipe: str, launcher: str, out: Path, args) -> float:
-    """`uturn plan`'s peak (GiB) for the same YAML and overrides, on as many devices as the run has processes."""
+    """`uturn plan`'s peak (GiB) for the same YAML and overrides, on as many devices as the run has processes; for
+    `dpo_mining`, which ends in mining before any adapter exists, the weights and mining's generation."""
     import contextlib
     import io
 
     from uturn_train.plan import run_plan
 
     gpus = 2 if launcher == "zero3" else 1
-    argv = ["--config", f"recipes/qwen3.5-2b/collab_{recipe}.yaml", "--gpus", str(gpus),
+    script = "dpo" if recipe == "dpo_mining" else recipe
+    argv = ["--config", f"recipes/qwen3.5-2b/collab_{script}.yaml", "--gpus", str(gpus),
             *overrides(recipe, launcher, out, args)]
     with contextlib.redirect_stdout(io.StringIO()):
         rows = run_plan(argv)
     row = next(r for r in rows if r["strategy"] == ("zero3" if launcher == "zero3" else "single"))
+    if recipe == "dpo_mining":
+        if row["generation_phase"] != "mining":
+            raise ValueError(f"the plan's largest generation is {row['generation_phase']}, not mining: compare by hand")
+        return round((row["weights"] + row["generation"]) / 2**30, 2)
     return round(row["peak"] / 2**30, 2)
 
 
@@ -152,19 +170,19 @@ def run(recipe: str, args) -> dict:
     out = Path(args.out) / f"{recipe}-{launcher}"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline", "WANDB_DIR": str(out)}
     out.mkdir(parents=True, exist_ok=True)
+    script = "dpo" if recipe == "dpo_mining" else recipe
     if recipe == "mine":
-        cmd = [str(Path(sys.executable).with_name("uturn")), "mine", "--model", "qwen3.5-2b-random", "--mine_source",
-               "gsm8k", "--mine_data", str(SHARED / "gsm8k" / "train.jsonl"), "--mine_limit", "4",
-               "--mine_samples", "2", "--mine_max_new_tokens", "8", "--mine_answer_max_new_tokens", "8",
-               "--mine_batch_size", "4", "--out", str(out / "pairs")]
+        cmd = [str(Path(sys.executable).with_name("uturn")), "mine", "--model", "qwen3.5-2b-random", *MINING,
+               "--out", str(out / "pairs")]
     else:
-        cmd = [sys.executable, "-m", "accelerate.commands.launch", *LAUNCHERS[launcher], f"recipes/collab_{recipe}.py",
-               "--config", f"recipes/qwen3.5-2b/collab_{recipe}.yaml", *overrides(recipe, launcher, out, args)]
+        cmd = [sys.executable, "-m", "accelerate.commands.launch", *LAUNCHERS[launcher], f"recipes/collab_{script}.py",
+               "--config", f"recipes/qwen3.5-2b/collab_{script}.yaml", *overrides(recipe, launcher, out, args)]
     start = time.perf_counter()
     with open(out / "log.txt", "w") as log:
         # Own process group: on a timeout the launcher's workers (~9 GiB each on the 2B) go with it.
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        peaks = PeakRSS(proc.pid, out / "log.txt")
+        # Mining: its peak too (from the first answers on), as the plan's generation phase counts it.
+        peaks = PeakRSS(proc.pid, out / "log.txt", "answers" if recipe in ("mine", "dpo_mining") else "wandb:")
         peaks.start()
         try:
             code = proc.wait(timeout=args.timeout)
@@ -183,14 +201,15 @@ def run(recipe: str, args) -> dict:
               # set (e.g. 65536): freed blocks go back to the system, so RSS is live memory, as a GPU counts it
               "malloc_mmap_threshold": os.environ.get("MALLOC_MMAP_THRESHOLD_"),
               "command": " ".join(cmd[2:])}
-    if recipe == "mine":
-        result["ok"] = code != 0 and "no follow-up pair mined" in tail
-    else:
-        # What CPU and GPU share: the trained process's memory less its Python side, against the plan.
+    if recipe != "mine":
+        # What CPU and GPU share: the trained (or mining) process's memory less its Python side, against the plan.
         result["plan_gib"] = planned(recipe, launcher, out, args)
         trained = result["train_peak_rss_gib"]
         result["measured_over_plan"] = round((max(trained) - result["import_baseline_gib"]) / result["plan_gib"],
                                              3) if trained else None
+    if recipe in ("mine", "dpo_mining"):  # a random-weight model writes no follow-up: mining ends with the clear error
+        result["ok"] = code != 0 and "no follow-up pair mined" in tail
+    else:
         result["ok"] = code == 0
         result["step_seconds"] = step_seconds(out)
         history = out / "probe_history.jsonl"
@@ -209,7 +228,8 @@ def run(recipe: str, args) -> dict:
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--recipes", nargs="+", default=["sft", "dpo", "grpo"], choices=["sft", "dpo", "grpo", "mine"])
+    parser.add_argument("--recipes", nargs="+", default=["sft", "dpo", "grpo"],
+                        choices=["sft", "dpo", "dpo_mining", "grpo", "mine"])
     parser.add_argument("--launcher", default="one", choices=sorted(LAUNCHERS))
     parser.add_argument("--out", default="outputs/smoke-2b")
     parser.add_argument("--pairs", default="outputs/testbed-collab-dpo/pairs", help="Pairs for the DPO smoke.")
@@ -219,6 +239,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if "dpo" in args.recipes and not Path(args.pairs, "dataset_info.json").is_file():
         sys.exit(f"--pairs {args.pairs}: no pairs there; run the README's main job first, or `uturn mine` any model")
+    if "mine" in args.recipes and args.launcher != "one":
+        sys.exit("--recipes mine runs `uturn mine` in one process; for mining under ZeRO-3 use --recipes dpo_mining")
     results = [run(r, args) for r in args.recipes]
     for r in results:
         print(json.dumps({k: r[k] for k in r if k != "command"}))
