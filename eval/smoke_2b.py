@@ -1,13 +1,14 @@
 """Smoke runs of the Qwen3.5-2B recipes on a CPU: the 2B YAMLs on `qwen3.5-2b-random` (Qwen3.5-2B's exact shape, random
 weights; `uturn_train/qwen3_5_2b.py`), overridden only in length, steps and what a CPU without the hub needs (local
-data files, float32, generation layer by layer under ZeRO-3), 2 optimizer steps with the probe at step 0 and at the
-end. Measures what the planner (`uturn plan`) predicts: peak RSS of every process, seconds per optimizer step,
-trainable parameters; and compares the memory with the plan for the same YAML and overrides.
+data files, float32 unless `--dtype bfloat16`, generation layer by layer under ZeRO-3), 2 optimizer steps with the
+probe at step 0 and at the end. Measures what the planner (`uturn plan`) predicts: peak RSS of every process, seconds
+per optimizer step, trainable parameters; and compares the memory with the plan for the same YAML and overrides.
 
 ```bash
 python eval/smoke_2b.py --recipes sft dpo grpo --out outputs/smoke-2b                    # one process, float32
 python eval/smoke_2b.py --recipes dpo --launcher zero3 --out outputs/smoke-2b            # 2 processes, ZeRO-3
 python eval/smoke_2b.py --recipes dpo_mining --launcher zero3 --out outputs/smoke-2b     # DPO mining its own pairs
+python eval/smoke_2b.py --recipes dpo --launcher zero3 --dtype bfloat16 --out outputs/smoke-2b-bf16  # the YAMLs' bf16
 MALLOC_MMAP_THRESHOLD_=65536 python eval/smoke_2b.py --recipes sft grpo --out outputs/smoke-2b-freed  # live memory
 ```
 
@@ -53,9 +54,9 @@ def overrides(recipe: str, launcher: str, out: Path, args) -> list[str]:
     # float32: a CPU without AVX512-BF16 or AMX emulates bf16 (the AVX2 machine: ~200x slower than fp32 in a matmul).
     # Two fp32 ranks that each gather the whole model to generate take 11.3 GiB each, too close to 24 GB (GRPO's final
     # probe was killed there with a small test beside it), so under ZeRO-3 all generation goes layer by layer.
-    gather, dtype = [], ["--dtype", "float32", "--bf16", "false"]
-    if recipe == "dpo_mining":  # whole-model gathers to mine under ZeRO-3, so bf16 weights (see the docstring)
-        dtype = ["--dtype", "bfloat16", "--bf16", "true"]
+    # bf16 (`--dtype bfloat16`) for a CPU that runs it natively; always to mine under ZeRO-3 (see the docstring).
+    bf16 = args.dtype == "bfloat16" or recipe == "dpo_mining"
+    gather, dtype = [], ["--dtype", "bfloat16" if bf16 else "float32", "--bf16", str(bf16).lower()]
     if launcher == "zero3":
         gather = ["--probe_ds3_gather", "false"]
         gather += ["--ds3_gather_for_generation", "false"] if recipe == "grpo" else []
@@ -234,6 +235,8 @@ def main(argv=None):
     parser.add_argument("--out", default="outputs/smoke-2b")
     parser.add_argument("--pairs", default="outputs/testbed-collab-dpo/pairs", help="Pairs for the DPO smoke.")
     parser.add_argument("--max_length", type=int, default=64, help="SFT and DPO sequence length.")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
+                        help="Weights (bfloat16: the 2B YAMLs'; on a CPU only with AVX512-BF16 or AMX, else emulated).")
     parser.add_argument("--probe_limit", type=int, default=4, help="GSM8K test problems per probe.")
     parser.add_argument("--timeout", type=int, default=7200, help="Seconds per run (then its processes are killed).")
     args = parser.parse_args(argv)
