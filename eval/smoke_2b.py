@@ -43,6 +43,7 @@ SHARED = Path(os.environ.get("UTURN_SHARED_DATA", ROOT.parent / "shared" / "data
 MINING = ["--mine_source", "gsm8k", "--mine_data", str(SHARED / "gsm8k" / "train.jsonl"), "--mine_limit", "4",
           "--mine_samples", "2", "--mine_max_new_tokens", "8", "--mine_answer_max_new_tokens", "8",
           "--mine_batch_size", "4"]
+SCRIPT = {"dpo_mining": "dpo"}  # the recipe a smoke runs, where its name is not the recipe's
 LAUNCHERS = {
     "one": ["--config_file", "accelerate_configs/cpu.yaml"],
     "zero3": ["--config_file", "accelerate_configs/deepspeed_zero3.yaml", "--num_processes", "2"],
@@ -151,8 +152,7 @@ def planned(recipe: str, launcher: str, out: Path, args) -> float:
     from uturn_train.plan import run_plan
 
     gpus = 2 if launcher == "zero3" else 1
-    script = "dpo" if recipe == "dpo_mining" else recipe
-    argv = ["--config", f"recipes/qwen3.5-2b/collab_{script}.yaml", "--gpus", str(gpus),
+    argv = ["--config", f"recipes/qwen3.5-2b/collab_{SCRIPT.get(recipe, recipe)}.yaml", "--gpus", str(gpus),
             *overrides(recipe, launcher, out, args)]
     with contextlib.redirect_stdout(io.StringIO()):
         rows = run_plan(argv)
@@ -171,7 +171,7 @@ def run(recipe: str, args) -> dict:
     out = Path(args.out) / f"{recipe}-{launcher}"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline", "WANDB_DIR": str(out)}
     out.mkdir(parents=True, exist_ok=True)
-    script = "dpo" if recipe == "dpo_mining" else recipe
+    script = SCRIPT.get(recipe, recipe)
     if recipe == "mine":
         cmd = [str(Path(sys.executable).with_name("uturn")), "mine", "--model", "qwen3.5-2b-random", *MINING,
                "--out", str(out / "pairs")]

@@ -232,10 +232,7 @@ def test_a_crash_between_a_save_and_its_probe_is_made_good_on_resume(tiny_qwen_d
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("launcher", [
-    ["--multi_gpu", "--num_processes", "2"],
-    ["--config_file", str(ROOT / "accelerate_configs" / "deepspeed_zero3.yaml"), "--num_processes", "2"],
-], ids=["ddp", "zero3"])
+@pytest.mark.parametrize("launcher", [["--multi_gpu", "--num_processes", "2"], ZERO3], ids=["ddp", "zero3"])
 def test_collab_grpo_two_processes(launcher, tiny_qwen_dir, data, tmp_path):
     out = tmp_path / "grpo"
     launch(launcher, ["--config", str(ROOT / "recipes" / "testbed" / "collab_grpo.yaml"),
