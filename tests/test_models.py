@@ -44,3 +44,25 @@ def test_unknown_model_type_asks_for_targets_and_given_targets_are_kept(tmp_path
         peft(tmp_path)
     assert peft(tmp_path, lora_target_modules=["c_attn", "c_proj"]).target_modules == {"c_attn", "c_proj"}
     assert lora_config(ModelConfig(model_name_or_path=str(tmp_path))) is None  # no PEFT: no config to read
+
+
+def test_lm_head_reads_standard_strides_when_generating_in_half_precision_on_cpu(tiny_qwen_dir):
+    """The prefill's last-position view reaches the LM head copied to standard strides (pytorch/pytorch#151934: on
+    a strided view the CPU's bf16 matmul copies the whole head weight per row); fp32 views pass through untouched."""
+    from uturn_train.generation import generate
+    from uturn_train.models import load_model, load_tokenizer
+
+    tokenizer = load_tokenizer(str(tiny_qwen_dir))
+    for dtype, standard_expected in (("bfloat16", True), ("float32", False)):
+        model = load_model(str(tiny_qwen_dir), dtype=dtype, device="cpu")
+        strides = []
+
+        def record(module, args, out, strides=strides):
+            x = args[0]
+            strides.append(x.stride() == (x.size(1) * x.size(2), x.size(2), 1))
+
+        model.get_output_embeddings().register_forward_hook(record)
+        generate(model, tokenizer, ["Mia has 3 bags of 4 apples. How many apples?", "Hi"], max_new_tokens=3,
+                 disable_progress=True)
+        assert strides[0] is standard_expected  # the prefill: rows x 1 position sliced from rows x prompt length
+        assert all(strides[1:])  # decoding steps are one position already
