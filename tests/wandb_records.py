@@ -7,6 +7,7 @@ serialized `wandb_internal_pb2.Record`.
 
 import json
 import struct
+import time
 from pathlib import Path
 
 BLOCK, HEADER = 32768, 7
@@ -36,9 +37,15 @@ def read_records(path: str | Path):
             pending = b""
 
 
-def history_rows(run_dir: str | Path) -> list[dict]:
-    """Every `wandb.log` row of the offline run in `run_dir` (the folder holding `run-<id>.wandb`)."""
+def history_rows(run_dir: str | Path, timeout: float = 60) -> list[dict]:
+    """Every `wandb.log` row of the offline run in `run_dir` (the folder holding `run-<id>.wandb`), once the file
+    holds the run's exit record: wandb-core writes the file in its own process and may still be writing it after
+    `wandb.finish()` returns (a test that read it at once found no probe row that the same file held afterwards)."""
     (path,) = Path(run_dir).glob("run-*.wandb")
+    deadline = time.monotonic() + timeout
+    while not any(r.WhichOneof("record_type") == "exit" for r in read_records(path)):
+        assert time.monotonic() < deadline, f"{path}: no exit record after {timeout} s; did the run call finish()?"
+        time.sleep(0.5)
     rows = []
     for record in read_records(path):
         if record.WhichOneof("record_type") == "history":
