@@ -80,9 +80,9 @@ def load_model(name: str, dtype: str = "auto", device: str | None = None, *, rev
 
 def _standard_strides_on_cpu(module, args):
     """A generation's prefill feeds the LM head the last position, `hidden[:, -1:]`: a strided view that PyTorch's CPU
-    half-precision matmul cannot fold, so its `bmm` copies the [hidden, vocab] weight once per row before multiplying
-    (pytorch/pytorch#151934, fix pending in #197851). Measured on Qwen3.5-2B's head in bf16: 0.95 GiB and ~6.5 s per
-    row, against 0.001 GiB and 0.06 s for the same rows copied to standard strides first, as done here."""
+    half-precision matmul cannot fold for a frozen head (LoRA), so its `bmm` copies the [hidden, vocab] weight once per
+    row (pytorch/pytorch#151934, fix pending in #197851). Qwen3.5-2B's head in bf16: 0.95 GiB and ~7 s per row, against
+    nothing and 0.07-0.09 s with the rows copied to standard strides first, as here (bench_lm_head_strides.py)."""
     import torch
 
     x = args[0]
