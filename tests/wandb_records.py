@@ -43,11 +43,13 @@ def history_rows(run_dir: str | Path, timeout: float = 60) -> list[dict]:
     `wandb.finish()` returns (a test that read it at once found no probe row that the same file held afterwards)."""
     (path,) = Path(run_dir).glob("run-*.wandb")
     deadline = time.monotonic() + timeout
-    while not any(r.WhichOneof("record_type") == "exit" for r in read_records(path)):
+    records = list(read_records(path))
+    while not any(r.WhichOneof("record_type") == "exit" for r in records):
         assert time.monotonic() < deadline, f"{path}: no exit record after {timeout} s; did the run call finish()?"
         time.sleep(0.5)
+        records = list(read_records(path))
     rows = []
-    for record in read_records(path):
+    for record in records:
         if record.WhichOneof("record_type") == "history":
             rows.append({("/".join(item.nested_key) or item.key): json.loads(item.value_json)
                          for item in record.history.item})

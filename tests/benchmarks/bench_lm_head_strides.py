@@ -8,15 +8,11 @@ every 5 ms) above what was there before the call, both ways, measured side by si
 copies the weight once per row for a strided input (pytorch/pytorch#151934); fp32 is shown for comparison.
 """
 
-import re
 import threading
 import time
 
 import torch
-
-
-def anon_gib() -> float:
-    return int(re.search(r"RssAnon:\s+(\d+)", open("/proc/self/status").read()).group(1)) / 2**20
+from bench_gloo_gather import anon_gib  # this folder is on the path when the script runs
 
 
 def main() -> None:
