@@ -46,6 +46,9 @@ class ProbeArguments(prefixed("probe_")):
         probe_ds3_gather (`bool`, *optional*, defaults to `True`): under ZeRO-3, gather the whole model on every
             process to generate (fast; needs the whole model's memory on each device, `uturn plan`'s "generate");
             False generates through ZeRO-3's layer-by-layer gathers, as TRL's `ds3_gather_for_generation=False`.
+        probe_collab (`str`, *optional*): also hold collaboration conversations with the oracle partner at every
+            probe (`testbed`, or a collaboration jsonl with oracle lines; [`~uturn_train.collab`]), greedy, 3 turns.
+        probe_collab_limit (`int`, *optional*, defaults to `32`): collaboration tasks per family at each probe.
     """
 
     probe_task: str = field(default="gsm8k", metadata={"help": "gsm8k, ifeval, ifbench, mtbench, oasst or testbed."})
@@ -63,6 +66,9 @@ class ProbeArguments(prefixed("probe_")):
                                               "checkpoints whose greedy follow-ups are at least this share distinct."})
     probe_ds3_gather: bool = field(default=True, metadata={"help": "Under ZeRO-3, gather the whole model on every "
                                    "process to generate; False: layer by layer (less memory, slower)."})
+    probe_collab: str | None = field(default=None, metadata={"help": "Also hold collaboration conversations at every "
+                                     "probe: testbed, or a collaboration jsonl with oracle lines."})
+    probe_collab_limit: int = field(default=32, metadata={"help": "Collaboration tasks per family at each probe."})
 
 
 def _calling_trainer(callback) -> Trainer:
@@ -110,10 +116,13 @@ class UserTurnProbeCallback(TrainerCallback):
 
     Records, at each probed step: scalars `probe/followup_rate/T<t>` and `probe/grounded_rate/T<t>` (+ `ci_low`/
     `ci_high`), `probe/distinct_followups/T<t>` and `probe/distinct_templates/T<t>`, `probe/<label>_share/T<t>`,
-    `<task>/accuracy`, `probe/seconds` through the trainer's logging; with an LLM judge (`probe_labeler` `judge` or
+    `<task>/accuracy`, `probe/seconds` through the trainer's logging; with `probe_collab`,
+    `collab/success_rate/<family>` (+ `ci_low`/`ci_high`), `collab/success_rate/peer_check_wrong_start` and
+    `collab/seconds`; with an LLM judge (`probe_labeler` `judge` or
     `both`) also `probe/judge_followup_rate/T<t>`, `probe/judge_grounded_rate/T<t>` and `probe/judge_errors`; a W&B
     table of samples;
-    `output_dir/probe_history.jsonl` (one record per step) and `output_dir/probe/step_<N>.jsonl` (the samples).
+    `output_dir/probe_history.jsonl` (one record per step), `output_dir/probe/step_<N>.jsonl` (the samples) and
+    `output_dir/collab/step_<N>.jsonl` (the conversations).
 
     Either form works:
 
@@ -150,6 +159,16 @@ class UserTurnProbeCallback(TrainerCallback):
         if self.rule is not None and self.rule.max_accuracy_drop is not None and not probe_args.probe_at_start:
             # Without step 0's accuracy no checkpoint could ever be eligible: the rule would silently do nothing.
             raise ValueError("--select_max_accuracy_drop measures the drop from step 0: keep --probe_at_start true")
+        self.collab_tasks = None
+        if probe_args.probe_collab is not None:
+            from .collab import CollabSettings, load_collab_tasks
+
+            self.collab_tasks = load_collab_tasks(probe_args.probe_collab, limit=probe_args.probe_collab_limit,
+                                                  option="--probe_collab")
+            if bare := next((t.id for t in self.collab_tasks if t.oracle is None), None):
+                raise ValueError(f"--probe_collab {probe_args.probe_collab}: task {bare} has no `oracle` lines, which "
+                                 "the callback's partner speaks")
+            self.collab_settings = CollabSettings(batch_size=self.settings.batch_size, seed=self.settings.seed)
         self.records: list[dict] = []  # this run's probe records, on every rank: what the rule chooses from
         self.trainer = trainer
         self.probed_steps: set[int] = set()
@@ -203,7 +222,7 @@ class UserTurnProbeCallback(TrainerCallback):
             return
         self.probed_steps.add(step)
         trainer, a = self.trainer, self.args
-        start, run, error = time.perf_counter(), None, None
+        start, run, collab, error = time.perf_counter(), None, None, None
         model = trainer.accelerator.unwrap_model(trainer.model_wrapped)
         was_checkpointing = getattr(model, "is_gradient_checkpointing", False)
         if not a.probe_ds3_gather:
@@ -215,6 +234,8 @@ class UserTurnProbeCallback(TrainerCallback):
             ) as unwrapped:
                 run = run_probe(unwrapped, self.tokenizer, self.examples, self.settings,
                                 state=trainer.accelerator.state, disable_progress=True, judge=self.judge)
+                if self.collab_tasks is not None:
+                    collab = self._collab(unwrapped)
         except Exception as e:  # noqa: BLE001 - isolation is the point: training goes on unless asked otherwise
             self._restore_after_error(trainer, model, was_checkpointing, args, a.probe_ds3_gather)
             if a.probe_fail_on_error:
@@ -224,7 +245,15 @@ class UserTurnProbeCallback(TrainerCallback):
             logger.error("user-turn probe failed at step %d (training continues): %s\n%s", step, error,
                          traceback.format_exc())
         seconds = time.perf_counter() - start
-        self._record(args, state, run, error, seconds)
+        self._record(args, state, run, error, seconds, collab)
+
+    def _collab(self, model):
+        # Every rank holds every conversation (greedy, same inputs): the same generate calls on every rank, which
+        # layer-by-layer ZeRO-3 gathers need; the evaluation is small.
+        from .collab import OraclePartner, run_collab
+
+        return run_collab(model, self.tokenizer, self.collab_tasks, OraclePartner(), self.collab_settings,
+                          disable_progress=True)
 
     @staticmethod
     def _restore_after_error(trainer, model, was_checkpointing, args, gathered):
@@ -238,11 +267,20 @@ class UserTurnProbeCallback(TrainerCallback):
         if gathered and DistributedBackend(trainer.accelerator).is_zero3:  # layer by layer, the hooks stayed
             add_hooks(trainer.model_wrapped)
 
-    def _record(self, args, state, run, error, seconds):
+    def _record(self, args, state, run, error, seconds, collab=None):
         a, step = self.args, state.global_step
         logs = {"probe/seconds": seconds, "probe/errors": float(self.errors)}
         record = {"step": step, "epoch": state.epoch, "seconds": seconds, "accuracy": None, "settings": [],
                   "error": error}
+        if collab is not None:
+            record["collab"], record["collab_seconds"] = collab.summary, collab.seconds
+            logs["collab/seconds"] = collab.seconds
+            for family, s in collab.summary.items():
+                for name, r in ((family, s), (f"{family}_wrong_start", s.get("wrong_start"))):
+                    if r is not None and r["success_rate"] is not None:
+                        logs[f"collab/success_rate/{name}"] = r["success_rate"]
+                        logs[f"collab/success_rate/{name}/ci_low"], logs[f"collab/success_rate/{name}/ci_high"] = \
+                            r["ci95"]
         if run is not None:
             summary = run.summary
             record.update(accuracy=summary["accuracy"], settings=summary["settings"])
@@ -283,6 +321,9 @@ class UserTurnProbeCallback(TrainerCallback):
             (out / "probe").mkdir(exist_ok=True)
             write_jsonl(out / "probe" / f"step_{step}.jsonl", run.rows)
             self._log_table(args, step, run.rows)
+        if collab is not None:
+            (out / "collab").mkdir(exist_ok=True)
+            write_jsonl(out / "collab" / f"step_{step}.jsonl", collab.conversations)
         # Rewritten whole and atomically: a kill while appending would leave half a line for the resumed run to read.
         write_jsonl(out / HISTORY, [*read_probe_history(out), record])
 

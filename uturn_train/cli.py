@@ -8,6 +8,7 @@
     uturn ablate --config recipes/testbed/ablation.yaml [--out DIR] [--dry_run] [--slurm]
     uturn report DIR [DIR...] [--out OUT] [--wandb]
     uturn validate --model testbed --task testbed [--limit N] [--samples K] [--out DIR]
+    uturn collab --model testbed --task testbed [--partner oracle|self|MODEL] [--limit N] [--out DIR]
     uturn plan --config recipes/qwen3.5-2b/collab_dpo.yaml [--gpus 1 8] [--gpu_gb 24 80] [--max_length 512 ...]
 """
 
@@ -126,6 +127,19 @@ def _validate(argv: list[str]) -> None:
         sys.exit(1)
 
 
+def _collab(argv: list[str]) -> None:
+    from trl import TrlParser
+
+    from .collab.dialogue import CollabSettings
+    from .collab.job import CollabScriptArguments, run_collab_job
+    from .zoo import resolve
+
+    parser = TrlParser((CollabScriptArguments, CollabSettings), prog="uturn collab")
+    args, settings = parser.parse_args_and_config(argv)
+    resolve(args)
+    run_collab_job(args, settings)
+
+
 def _ablate(argv: list[str]) -> None:
     from .ablate import main
 
@@ -151,7 +165,7 @@ def _agreement(argv: list[str]) -> None:
 
 
 COMMANDS = {"probe": _probe, "classify": _classify, "testbed": _testbed, "mine": _mine, "agreement": _agreement,
-            "ablate": _ablate, "report": _report, "validate": _validate, "plan": _plan}
+            "ablate": _ablate, "report": _report, "validate": _validate, "plan": _plan, "collab": _collab}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -10,7 +10,8 @@ exit code, wall time). Writes to `--out` (default: the one DIR given):
 - `report.md`: per run, step 0, the last and the best checkpoint (the highest greedy grounded follow-up rate, or
   follow-up rate when the probe has no grounded one, among checkpoints within `--max_accuracy_drop` of step 0's
   accuracy; the one in `selection.json` for a run whose recipe chose its final checkpoint by a rule) with accuracy,
-  greedy and T=1.0 rates and Wilson 95% intervals; the mining cards; paired comparisons.
+  greedy and T=1.0 rates and Wilson 95% intervals, and collaboration success per family where the run held
+  conversations (`--probe_collab`); the mining cards; paired comparisons.
 - `report.json`: the same numbers, and every checkpoint of every run.
 - `pareto.png`: accuracy against the greedy grounded (or follow-up) rate, each run a trajectory over its checkpoints
   (the mean over its seeds), step 0 marked with a star, the Pareto front of all checkpoints dashed.
@@ -78,7 +79,12 @@ def _setting(record: dict, temperature: float) -> dict | None:
 
 def _checkpoint(record: dict) -> dict:
     keys = (FOLLOWUP, "ci95", GROUNDED, "grounded_ci95", "distinct_followups", "distinct_templates", "n")
-    return {"step": record["step"], "accuracy": record["accuracy"],
+    collab = {}
+    for family, s in (record.get("collab") or {}).items():  # `probe_collab`: success per family, peer_check split
+        collab[family] = {k: s[k] for k in ("success_rate", "ci95", "n")}
+        if s.get("wrong_start"):
+            collab[f"{family} wrong start"] = {k: s["wrong_start"][k] for k in ("success_rate", "ci95", "n")}
+    return {"step": record["step"], "accuracy": record["accuracy"], "collab": collab,
             "settings": {f"{s['temperature']:g}": {k: s.get(k) for k in keys} for s in record["settings"]}}
 
 

@@ -24,6 +24,7 @@ def _has(report: dict, key: str) -> bool:
 def checkpoint_rows(report: dict) -> list[dict]:
     """One row per run and checkpoint (step 0, best, last; one row when two are the same step), raw numbers."""
     grounded, shares = _has(report, GROUNDED), [k for k in SHARES if _has(report, k)]
+    collab = list(dict.fromkeys(f for run in report["runs"] for c in run["trajectory"] for f in c.get("collab", {})))
     rows = []
     for run in report["runs"]:
         kinds: dict[int, list[str]] = {}
@@ -46,6 +47,11 @@ def checkpoint_rows(report: dict) -> list[dict]:
                                 f"{name} {_temperature(t)} ci_high": ci95[1]})
                 for key in shares:
                     row[f"{'distinct' if key == 'distinct_followups' else 'templates'} {_temperature(t)}"] = s.get(key)
+            for family in collab:
+                r = c.get("collab", {}).get(family, {})
+                ci95 = r.get("ci95") or [None, None]
+                row.update({f"collab {family}": r.get("success_rate"), f"collab {family} ci_low": ci95[0],
+                            f"collab {family} ci_high": ci95[1]})
             rows.append(row)
     return rows
 
@@ -218,9 +224,10 @@ def render_markdown(report: dict) -> str:
                f"*best*: the highest {x_name} among the checkpoints within {report['max_accuracy_drop']:g} accuracy "
                "of step 0, or the checkpoint a run's own rule chose as its final one (`selection.json`). *distinct*: "
                "distinct texts over the follow-ups; *templates*: distinct forms, numbers and the answer's own words "
-               "masked (\"How did you get 24 apples?\" and \"How did you get 7 pages?\" are one)."), ""]
+               "masked (\"How did you get 24 apples?\" and \"How did you get 7 pages?\" are one). *collab*: success "
+               "rate of the collaboration conversations held at that checkpoint (`--probe_collab`), per family."), ""]
     rows = checkpoint_rows(report)
-    rate_columns = [k for k in (rows[0] if rows else {}) if k.startswith(("follow-up", "grounded"))
+    rate_columns = [k for k in (rows[0] if rows else {}) if k.startswith(("follow-up", "grounded", "collab"))
                     and not k.endswith(("ci_low", "ci_high"))]
     distinct_columns = [k for k in (rows[0] if rows else {}) if k.startswith(("distinct", "templates"))]
     header = ["run", "objective", "knobs", "status", "wall", "checkpoint", "step", "accuracy", *rate_columns,

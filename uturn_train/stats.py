@@ -188,3 +188,44 @@ def seeds_beating(a: dict, b: dict) -> tuple[int, int]:
     `a`'s mean over seeds. `a`, `b`: value per seed. Returns (seeds of b that beat, seeds of b)."""
     mean_a = sum(a.values()) / len(a)
     return sum(value > a.get(s, mean_a) for s, value in b.items()), len(b)
+
+
+def _ranks(x: np.ndarray) -> np.ndarray:
+    """Ranks from 1, ties sharing their mean rank."""
+    order = np.argsort(x, kind="mergesort")
+    ranks = np.empty(len(x))
+    ranks[order] = np.arange(1, len(x) + 1)
+    for value in np.unique(x):
+        tied = x == value
+        ranks[tied] = ranks[tied].mean()
+    return ranks
+
+
+def spearman(x: list[float], y: list[float]) -> float | None:
+    """Spearman's rank correlation; None when either side is constant (or fewer than 3 points)."""
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    if len(x) < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
+        return None
+    return float(np.corrcoef(_ranks(x), _ranks(y))[0, 1])
+
+
+def grouped_spearman(groups: list[list[tuple[float, float]]], resamples: int = BOOTSTRAP_RESAMPLES,
+                     seed: int = 0) -> dict:
+    """Spearman's rho over the pooled points of `groups`, with a bootstrap 95% interval that resamples whole groups.
+
+    A group is one training run (its checkpoints): checkpoints of one run are not independent draws, runs are.
+    Resamples where a side is constant are skipped and counted (`degenerate`).
+    """
+    rng = np.random.default_rng(seed)
+    pooled = [p for g in groups for p in g]
+    rho = spearman([p[0] for p in pooled], [p[1] for p in pooled])
+    draws, degenerate = [], 0
+    for _ in range(resamples):
+        points = [p for i in rng.integers(0, len(groups), len(groups)) for p in groups[i]]
+        r = spearman([p[0] for p in points], [p[1] for p in points])
+        if r is None:
+            degenerate += 1
+        else:
+            draws.append(r)
+    ci = [float(np.percentile(draws, 2.5)), float(np.percentile(draws, 97.5))] if draws else None
+    return {"rho": rho, "ci95": ci, "n_points": len(pooled), "n_groups": len(groups), "degenerate": degenerate}

@@ -47,7 +47,7 @@ __all__ = ["SMOLLM2", "FetchError", "convert_gguf", "fetch_smollm2", "resolve"]
 
 # The options of the parsed dataclasses that name a local model. `judge_model` and `served_model` name models on a
 # server, which are never loaded here.
-MODEL_OPTIONS = ("model", "model_name_or_path", "scorer", "probe_scorer")
+MODEL_OPTIONS = ("model", "model_name_or_path", "scorer", "probe_scorer", "partner")
 
 SMOLLM2 = {
     "name": "smollm2-135m-instruct",

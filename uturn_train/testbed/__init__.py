@@ -81,16 +81,24 @@ def resolve(*configs) -> None:
 
     `model` / `model_name_or_path` `testbed` become its folder; `task` / `probe_task` `testbed` without data get its
     held-out problems, `mine_source` / `prompt_source` / `collab_source` `testbed` without data its training
-    conversations. Under several
+    conversations, `uturn collab`'s `task` and the callback's `probe_collab` `testbed` its collaboration tasks
+    (`collab.jsonl`, written from its held-out problems if missing). Under several
     processes, call it on every one inside `main_process_first`, so that one builds while the others wait.
     """
+    from .collab import ensure_collab_tasks
+
     for config in configs:
-        for name in ("model", "model_name_or_path"):
+        for name in ("model", "model_name_or_path", "partner"):
             if getattr(config, name, None) == "testbed":
                 setattr(config, name, str(ensure_testbed()))
+        # Collaboration tasks: `uturn collab --task testbed` and the callback's `probe_collab testbed`.
+        if getattr(config, "task", None) == "testbed" and hasattr(config, "partner") and config.data is None:
+            config.data = str(ensure_collab_tasks(ensure_testbed()))
         for name, (data, file) in _DATA_OF.items():
             if getattr(config, name, None) == "testbed" and getattr(config, data) is None:
                 setattr(config, data, str(ensure_testbed() / file))
+        if getattr(config, "probe_collab", None) == "testbed":
+            config.probe_collab = str(ensure_collab_tasks(ensure_testbed()))
 
 
 def _card_markdown(card: dict) -> str:

@@ -77,7 +77,8 @@ def render(messages: list[dict]) -> str:
 
 
 def make_heldout(rng: random.Random, n: int) -> list[dict]:
-    """Held-out problems, each with a real follow-up from the world for the heldout setting."""
+    """Held-out problems, each with a real follow-up from the world for the heldout setting (and its `Problem`, from
+    which `collab.py` derives the collaboration tasks)."""
     rows, keys = [], set()
     while len(rows) < n:
         problem = sample_problem(rng)
@@ -85,7 +86,7 @@ def make_heldout(rng: random.Random, n: int) -> list[dict]:
             continue
         keys.add(problem.key)
         rows.append({"question": problem.question, "answer": problem.solution,
-                     "followup": followup(rng, problem)[1], "key": problem.key})
+                     "followup": followup(rng, problem)[1], "key": problem.key, "problem": problem})
     return rows
 
 

@@ -1,0 +1,185 @@
+"""Run collaboration conversations in batches and score them.
+
+Each round, every open conversation gets the model's next turn (one batched `generate`), then the partner's. A
+conversation ends when the model answers (info_gap: a turn that is not a question, or that holds `#### N`), when the
+partner ends it, after `max_turns` turns of the model, or on a failed server request (an *error*, counted apart and
+left out of every rate, as in the probe).
+
+Success: **info_gap** when the model's answer is the gold one; **peer_check** when the pair's final answer, the
+last assistant turn that states one, is. Rates carry Wilson 95% intervals; peer_check also reports the conversations
+that started from a wrong answer, where only the user's reaction can bring success.
+"""
+
+import time
+from dataclasses import dataclass, field
+
+from ..chat import answer_prompt, user_turn_prompt
+from ..generation import generate
+from ..probe.metrics import wilson_interval
+from ..tasks.gsm8k import extract_answer, is_correct
+from .tasks import FAMILIES, CollabTask
+
+
+@dataclass
+class CollabSettings:
+    """How the conversations are run.
+
+    Args:
+        families (`list[str]`, *optional*, defaults to both): `info_gap` and/or `peer_check`.
+        max_turns (`int`, *optional*, defaults to `3`): turns of the model under test per conversation.
+        max_new_tokens (`int`, *optional*, defaults to `192`): token limit of a model turn (a worked answer fits).
+        partner_max_new_tokens (`int`, *optional*, defaults to `192`): token limit of a model partner's turn.
+        temperature (`float`, *optional*, defaults to `0.0`): the model's decoding; 0 is greedy.
+        batch_size (`int`, *optional*, defaults to `16`): prompts per `generate` call.
+        seed (`int`, *optional*, defaults to `0`): sampling seed.
+    """
+
+    families: list[str] = field(default_factory=lambda: list(FAMILIES),
+                                metadata={"help": "info_gap and/or peer_check."})
+    max_turns: int = field(default=3, metadata={"help": "Turns of the model under test per conversation."})
+    max_new_tokens: int = field(default=192, metadata={"help": "Token limit of a model turn."})
+    partner_max_new_tokens: int = field(default=192, metadata={"help": "Token limit of a model partner's turn."})
+    temperature: float = field(default=0.0, metadata={"help": "The model's decoding temperature (0 = greedy)."})
+    batch_size: int = field(default=16, metadata={"help": "Prompts per generate call."})
+    seed: int = field(default=0, metadata={"help": "Sampling seed."})
+
+    def __post_init__(self):
+        if not self.families or any(f not in FAMILIES for f in self.families):
+            raise ValueError(f"families {list(self.families)}: choose among {', '.join(FAMILIES)}")
+        for name in ("max_turns", "max_new_tokens", "partner_max_new_tokens", "batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
+
+
+@dataclass
+class CollabRun:
+    """`summary`: per family (see [`summarize`]); `conversations`: one record per conversation; `seconds`: wall time."""
+
+    summary: dict
+    conversations: list[dict]
+    seconds: float
+
+
+def is_question(turn: str) -> bool:
+    """An assistant turn that asks rather than answers: a question mark, and no `#### N` final answer."""
+    return "?" in turn and "####" not in turn
+
+
+@dataclass
+class _Conversation:
+    task: CollabTask
+    messages: list[dict]
+    turns: int = 0
+    tokens: int = 0
+    questions: int = 0
+    ended: str | None = None  # answered, partner_ended, max_turns or error
+    error: str | None = None
+
+
+def _final(c: _Conversation) -> str | None:
+    """The turn that holds the conversation's answer: info_gap the model's answer, peer_check the last assistant turn
+    that states one."""
+    if c.task.family == "info_gap":
+        return c.messages[-1]["content"] if c.ended == "answered" else None
+    return next((m["content"] for m in reversed(c.messages)
+                 if m["role"] == "assistant" and extract_answer(m["content"]) is not None), None)
+
+
+def _record(c: _Conversation) -> dict:
+    final = _final(c)
+    success = None if c.error else final is not None and is_correct(final, c.task.gold)
+    return {"id": c.task.id, "family": c.task.family, "success": success, "turns": c.turns, "tokens": c.tokens,
+            "questions": c.questions, "ended": c.ended, "error": c.error, "gold": c.task.gold,
+            "final_answer": extract_answer(final) if final else None, "answer_right": c.task.answer_right,
+            "messages": c.messages}
+
+
+def _rate(records: list[dict]) -> dict:
+    n, k = len(records), sum(r["success"] for r in records)
+    return {"n": n, "success_rate": k / n if n else None, "ci95": list(wilson_interval(k, n)) if n else None}
+
+
+def summarize(records: list[dict], families: list[str]) -> dict:
+    """Per family: `n` (conversations without error), `errors`, `success_rate` with `ci95`, mean `turns`, `tokens`
+    (the model's) and `questions` (its turns with a question mark); info_gap also `asked_first` (share whose first
+    model turn asks); peer_check also `wrong_start` and `right_start`, the same rate split by the starting answer."""
+    summary = {}
+    for family in families:
+        rows = [r for r in records if r["family"] == family]
+        ok = [r for r in rows if r["error"] is None]
+        s = {**_rate(ok), "errors": len(rows) - len(ok)}
+        for key in ("turns", "tokens", "questions"):
+            s[key] = sum(r[key] for r in ok) / len(ok) if ok else None
+        if family == "info_gap":
+            asked = [r for r in ok if len(r["messages"]) > 1 and is_question(r["messages"][1]["content"])]
+            s["asked_first"] = len(asked) / len(ok) if ok else None
+        else:
+            s["wrong_start"] = _rate([r for r in ok if r["answer_right"] is False])
+            s["right_start"] = _rate([r for r in ok if r["answer_right"] is True])
+        summary[family] = s
+    return summary
+
+
+def _prompt(tokenizer, c: _Conversation) -> str:
+    render = answer_prompt if c.task.model_role == "assistant" else user_turn_prompt
+    return render(tokenizer, c.messages)
+
+
+def run_collab(model, tokenizer, tasks: list[CollabTask], partner, settings: CollabSettings | None = None, *,
+               client=None, disable_progress: bool = False) -> CollabRun:
+    """Hold every task's conversation between `model` (or `client`, a server serving it) and `partner`.
+
+    Args:
+        model: the model under test (unwrapped), or None with `client`.
+        tokenizer: its tokenizer, with a chat template.
+        tasks (`list[CollabTask]`): from [`~uturn_train.collab.tasks.load_collab_tasks`].
+        partner: an [`~uturn_train.collab.partners.OraclePartner`] or [`~uturn_train.collab.partners.ModelPartner`].
+        settings ([`CollabSettings`], *optional*): decoding and turn limit.
+        client ([`~uturn_train.server.CompletionsClient`], *optional*): generate the model's turns on a server.
+        disable_progress (`bool`, *optional*): hide the progress bars (rounds, and each round's batches).
+    """
+    from tqdm.auto import tqdm
+
+    start = time.perf_counter()
+    settings = settings or CollabSettings()
+    tasks = [t for t in tasks if t.family in settings.families]
+    conversations = [_Conversation(t, [dict(m) for m in t.messages]) for t in tasks]
+    rounds = tqdm(range(settings.max_turns), desc="collaboration", disable=disable_progress, unit="round")
+    for round_index in rounds:
+        active = [c for c in conversations if c.ended is None]
+        if not active:
+            break
+        kwargs = {"max_new_tokens": settings.max_new_tokens, "temperature": settings.temperature,
+                  "seed": settings.seed + round_index, "desc": f"round {round_index + 1}: the model's turns",
+                  "disable_progress": disable_progress}
+        prompts = [_prompt(tokenizer, c) for c in active]
+        outs = client.generate(prompts, **kwargs) if client is not None else \
+            generate(model, tokenizer, prompts, batch_size=settings.batch_size, **kwargs)
+        for c, (g,) in zip(active, outs):
+            if g.finish_reason == "error":
+                c.ended, c.error = "error", g.error
+                continue
+            turn = g.text.strip()
+            c.messages.append({"role": c.task.model_role, "content": turn})
+            c.turns, c.tokens, c.questions = c.turns + 1, c.tokens + g.completion_tokens, c.questions + ("?" in turn)
+            if c.task.family == "info_gap" and not is_question(turn):
+                c.ended = "answered"
+            elif c.task.family == "info_gap" and c.turns == settings.max_turns:
+                c.ended = "max_turns"  # a question with no turn left to use its answer
+        waiting = [c for c in active if c.ended is None]
+        replies = partner.respond([c.task for c in waiting], [c.messages for c in waiting]) if waiting else []
+        for c, r in zip(waiting, replies):
+            if r is None:
+                c.ended = "partner_ended"
+            elif r.finish_reason == "error":
+                c.ended, c.error = "error", f"partner: {r.error}"
+            else:
+                c.messages.append({"role": "user" if c.task.model_role == "assistant" else "assistant",
+                                   "content": r.text.strip()})
+                if c.turns == settings.max_turns:
+                    c.ended = "max_turns"
+        rounds.set_postfix(open=sum(c.ended is None for c in conversations))
+    records = [_record(c) for c in conversations]
+    return CollabRun(summarize(records, settings.families), records, time.perf_counter() - start)

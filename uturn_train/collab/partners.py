@@ -1,0 +1,99 @@
+"""The other side of a collaboration: an oracle that speaks the task's own lines, or a chat model.
+
+A partner's `respond(tasks, conversations)` gets the conversations whose last turn is the model's and returns, per
+conversation, a [`~uturn_train.generation.Generation`] (its turn) or None (it ends the conversation).
+"""
+
+import re
+
+from ..chat import answer_prompt
+from ..generation import Generation, generate
+from ..probe.classify import classify_turn
+from .tasks import CollabTask
+
+AGAIN = "Let me go over it again.\n"
+NOTHING_MORE = "That is all I know. Please solve it."
+_NUMBER = re.compile(r"(?<![\d.])\d+(?![\d])")
+
+
+def questions_the_slip(turn: str, oracle: dict) -> bool:
+    """Whether a user turn points at the wrong step of a peer_check answer: it names a value the slip changed (the
+    wrong result, the results after it, the final answer), both numbers of the wrong step, or the wrong step by its
+    ordinal ("the second step"). Push-back that points nowhere ("Are you sure?") does not, nor a question about a
+    step that is right: they fit any answer, and the partner only rechecks what it is shown."""
+    if oracle.get("wrong_step") is None:
+        return False
+    numbers = set(_NUMBER.findall(turn))
+    ordinal = re.search(rf"\b{oracle['ordinal']} (step|line|part)\b", turn, re.IGNORECASE)
+    return bool(numbers & set(oracle["values"]) or set(oracle["operands"]) <= numbers or ordinal)
+
+
+def _said(text: str) -> Generation:
+    return Generation(text, "stop", None, 0, 0)
+
+
+class OraclePartner:
+    """Plays the partner from each task's `oracle` lines (written by the task's generator, which knows the world).
+
+    - info_gap (the partner is the user who holds the missing number): a question from the assistant gets `reveal`
+      the first time and [`NOTHING_MORE`] after; CollabLLM's simulated users likewise reveal facts only when asked.
+    - peer_check (the partner is the assistant that answered): a turn the probe's classifier does not call a follow-up
+      (thanks, a new problem, an answer of its own, nothing) ends the conversation, the answer standing; a follow-up
+      that questions the slip ([`questions_the_slip`]) gets `fix`, the corrected solution; any other follow-up gets
+      the current solution gone over again, wrong as it was if it was never fixed (so does push-back that points at
+      no step: a partner that rechecks only what it is shown, never talked out of an answer).
+    """
+
+    name = "oracle"
+
+    def respond(self, tasks: list[CollabTask], conversations: list[list[dict]]) -> list[Generation | None]:
+        return [_said(text) if (text := self._reply(t, m)) is not None else None for t, m in zip(tasks, conversations)]
+
+    @staticmethod
+    def _reply(task: CollabTask, messages: list[dict]) -> str | None:
+        if task.oracle is None:
+            raise ValueError(f"task {task.id} has no `oracle` lines: use a model partner (--partner self or a model)")
+        o, turn = task.oracle, messages[-1]["content"]
+        if task.family == "info_gap":
+            return NOTHING_MORE if any(m["content"] == o["reveal"] for m in messages) else o["reveal"]
+        answer = next(m["content"] for m in reversed(messages) if m["role"] == "assistant")
+        if classify_turn(messages[0]["content"], answer, turn).label != "followup":
+            return None
+        fixed = task.answer_right or any(m["content"] == o.get("fix") for m in messages)
+        if not fixed and questions_the_slip(turn, o):
+            return o["fix"]
+        return AGAIN + (o["solution"] if fixed else messages[1]["content"])
+
+
+class ModelPartner:
+    """A chat model plays the partner: the model under test itself, another local model, or one behind a server
+    (`client`, a [`~uturn_train.server.CompletionsClient`]).
+
+    As the assistant (peer_check) it simply continues the conversation. As the user (info_gap) it reads the task's
+    `brief` and the conversation so far as text in one user message and writes the user's next message, as CollabLLM's
+    simulator prompt does (a conversation that opens with the partner's own turn would not fit every chat template).
+    """
+
+    def __init__(self, model, tokenizer, *, client=None, name: str = "self", max_new_tokens: int = 128,
+                 batch_size: int = 16, seed: int = 0):
+        self.model, self.tokenizer, self.client, self.name = model, tokenizer, client, name
+        self.max_new_tokens, self.batch_size, self.seed = max_new_tokens, batch_size, seed
+
+    def _prompt(self, task: CollabTask, messages: list[dict]) -> str:
+        if task.model_role == "user":
+            return answer_prompt(self.tokenizer, messages)
+        if not task.brief:
+            raise ValueError(f"task {task.id} has no `brief`: a model partner needs one to play the user")
+        transcript = "\n\n".join(f"{m['role'].capitalize()}: {m['content']}" for m in messages)
+        return answer_prompt(self.tokenizer, [{"role": "user", "content": (
+            f"{task.brief}\n\nThe conversation so far:\n\n{transcript}\n\nWrite only the user's next message.")}])
+
+    def respond(self, tasks: list[CollabTask], conversations: list[list[dict]]) -> list[Generation | None]:
+        prompts = [self._prompt(t, m) for t, m in zip(tasks, conversations)]
+        if self.client is not None:
+            outs = self.client.generate(prompts, max_new_tokens=self.max_new_tokens, seed=self.seed,
+                                        desc="partner's turns")
+        else:
+            outs = generate(self.model, self.tokenizer, prompts, max_new_tokens=self.max_new_tokens,
+                            batch_size=self.batch_size, seed=self.seed, desc="partner's turns")
+        return [g for (g,) in outs]

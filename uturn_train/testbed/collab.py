@@ -1,0 +1,135 @@
+"""Collaboration tasks from the testbed's world: the held-out problems, posed so that interaction pays.
+
+Two families (`uturn collab`, [`~uturn_train.collab`]):
+
+- **info_gap**: the question lacks one number ("Mia buys some notebooks that cost $4 each. ..."); the model under test
+  is the assistant, the partner the user who holds the number. Asking for it, then solving, is how to succeed.
+- **peer_check**: another agent has answered, right or (half the time) with one arithmetic slip carried through; the
+  model under test is the *user*. A reaction that questions the wrong step (or pushes back) makes the partner redo the
+  step and fix the answer; thanks, a new problem or a question that misses the mistake leave it wrong.
+
+Every line the oracle partner may say is written here, from the world's own solution, so the oracle in the core
+([`~uturn_train.collab.partners.OraclePartner`]) needs no world: it reveals `reveal`, or replies `fix`, or goes over
+the answer again.
+The problems are the build's held-out ones, never trained on (their keys are kept out of every training conversation);
+the testbed was never shown an incomplete problem or a wrong answer (docs/collab.md: what it must learn).
+"""
+
+import json
+import random
+import re
+from pathlib import Path
+
+from ..io import read_jsonl, write_jsonl
+from .build import make_heldout
+from .turns import _ORDINAL, _cap
+from .world import Problem, Step
+
+COLLAB_FILE = "collab.jsonl"
+# A number can be left out where "some" reads as English: before a noun, not after `$` ("$some each") or "another".
+_NOT_BEFORE = {"times", "years"}
+_OPS = {"+": int.__add__, "-": int.__sub__, "*": int.__mul__, "/": int.__floordiv__}
+
+
+def heldout_problems(testbed: Path) -> list[Problem]:
+    """The build's held-out problems, drawn again from its seed; checked against its `heldout.jsonl`."""
+    card = json.loads((testbed / "card.json").read_text())
+    problems = [r["problem"] for r in make_heldout(random.Random(card["seed"]), card["config"]["n_heldout"])]
+    questions = [r["question"] for r in read_jsonl(testbed / "heldout.jsonl", ("question",))]
+    if questions != [p.question for p in problems]:
+        raise ValueError(f"{testbed}/heldout.jsonl is not what its card's seed draws (built by another version?): "
+                         "rebuild it with `uturn testbed build --force`")
+    return problems
+
+
+def _gap(problem: Problem, rng: random.Random) -> tuple[str, str] | None:
+    """The question with one number left out, and the knob left out; None if no number can go."""
+    options = []
+    for knob, value in problem.numbers.items():
+        spots = [m for m in re.finditer(rf"(?<![\d$]){value}(?!\d)", problem.question)]
+        if len(spots) != 1:  # also appears elsewhere in the question: leaving one out would be ambiguous
+            continue
+        start, end = spots[0].span()
+        after = problem.question[end:].split(maxsplit=1)
+        if problem.question[end:end + 1] == " " and after and after[0].isalpha() and after[0] not in _NOT_BEFORE \
+                and not problem.question[:start].endswith("another "):
+            options.append((knob, problem.question[:start] + "some" + problem.question[end:]))
+    if not options:
+        return None
+    knob, question = rng.choice(options)
+    return question, knob
+
+
+def info_gap_task(problem: Problem, index: int, rng: random.Random) -> dict | None:
+    gap = _gap(problem, rng)
+    if gap is None:
+        return None
+    question, knob = gap
+    reveal = f"{_cap(problem.knobs[knob])} is {problem.numbers[knob]}."
+    brief = (f"You are a user who needs help with a math problem. The whole problem is: {problem.question} "
+             f"You only wrote: {question} If the assistant asks for what is missing, tell it ({reveal}) in one short "
+             "sentence. Never solve the problem yourself.")
+    return {"id": f"testbed-{index}-info_gap", "family": "info_gap", "gold": str(problem.answer),
+            "messages": [{"role": "user", "content": question}], "brief": brief, "oracle": {"reveal": reveal}}
+
+
+def _slip(problem: Problem, rng: random.Random) -> tuple[int, list[Step]]:
+    """One step computed wrong by a small amount (`j`), the error carried into the later steps."""
+    while True:
+        j, delta = rng.randrange(len(problem.steps)), rng.choice([-10, -2, -1, 1, 2, 10])
+        steps = list(problem.steps)
+        for i in range(j, len(steps)):
+            s, left, right = steps[i], steps[i].left, steps[i].right
+            if i > j:  # the previous step's value is one operand (the left one in every scenario that has both)
+                before, now = problem.steps[i - 1].value, steps[i - 1].value
+                left, right = (now, right) if left == before else (left, now)
+            value = _OPS[s.op](left, right) + (delta if i == j else 0)
+            steps[i] = Step(left, s.op, right, value, s.text.replace(f"{s.expr} = {s.value}",
+                                                                     f"{left} {s.op} {right} = {value}"),
+                            s.what, s.why, s.unit)
+            if steps[i].value <= 0:  # the slip made no sense (nothing left, or a negative count): draw again
+                break
+        else:
+            return j, steps
+
+
+def _solution(steps: list[Step]) -> str:
+    return "\n".join(s.text for s in steps) + f"\n#### {steps[-1].value}"
+
+
+def peer_check_task(problem: Problem, index: int, rng: random.Random, wrong: bool) -> dict:
+    j, steps = _slip(problem, rng) if wrong else (None, problem.steps)
+    oracle = {"wrong_step": j, "solution": problem.solution}
+    if wrong:
+        s, right = steps[j], problem.steps[j]
+        oracle.update(
+            # What a user may name to question the slip: a value it changed, the two numbers of the wrong step, or
+            # that step by its ordinal.
+            values=[str(x.value) for x in steps[j:]], operands=[str(s.left), str(s.right)], ordinal=_ORDINAL[j],
+            fix=f"Let me redo the {_ORDINAL[j]} step: {s.expr} = {right.value}, not {s.value}. "
+                f"I made a mistake there. The correct solution:\n{problem.solution}")
+    return {"id": f"testbed-{index}-peer_check", "family": "peer_check", "gold": str(problem.answer),
+            "answer_right": not wrong,
+            "messages": [{"role": "user", "content": problem.question},
+                         {"role": "assistant", "content": _solution(steps)}],
+            "oracle": oracle}
+
+
+def collab_tasks(problems: list[Problem], seed: int = 0, wrong_share: float = 0.5) -> list[dict]:
+    """Per problem an info_gap task (when a number can be left out) and a peer_check task, wrong `wrong_share` of
+    the time; seeded, so every model meets the same tasks."""
+    rng = random.Random(seed)
+    rows = []
+    for index, problem in enumerate(problems):
+        if (task := info_gap_task(problem, index, rng)) is not None:
+            rows.append(task)
+        rows.append(peer_check_task(problem, index, rng, wrong=rng.random() < wrong_share))
+    return rows
+
+
+def ensure_collab_tasks(testbed: Path) -> Path:
+    """The testbed's `collab.jsonl`, written first (seconds) if missing."""
+    path = testbed / COLLAB_FILE
+    if not path.exists():
+        write_jsonl(path, collab_tasks(heldout_problems(testbed)))
+    return path
