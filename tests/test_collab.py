@@ -319,3 +319,11 @@ def test_uturn_collab_on_the_testbed_writes_its_files(real_testbed, tmp_path, mo
     with pytest.raises(SystemExit):  # a bad family is one clear line, before any model is loaded
         cli_main(["collab", "--model", "testbed", "--families", "chat", "--out", str(tmp_path / "bad")])
     assert "families ['chat']: choose among info_gap, peer_check" in capsys.readouterr().err
+
+
+def test_tasks_without_oracle_lines_fail_for_the_oracle_partner(tmp_path):
+    path = tmp_path / "bare.jsonl"
+    write_jsonl(path, [{k: v for k, v in r.items() if k != "oracle"} for r in _tasks(4)])
+    assert len(load_collab_tasks(path)) > 0  # a model partner needs no oracle lines
+    with pytest.raises(ValueError, match="--probe_collab .*has no `oracle` lines"):
+        load_collab_tasks(path, option="--probe_collab", oracle=True)

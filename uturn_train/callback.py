@@ -164,10 +164,7 @@ class UserTurnProbeCallback(TrainerCallback):
             from .collab import CollabSettings, load_collab_tasks
 
             self.collab_tasks = load_collab_tasks(probe_args.probe_collab, limit=probe_args.probe_collab_limit,
-                                                  option="--probe_collab")
-            if bare := next((t.id for t in self.collab_tasks if t.oracle is None), None):
-                raise ValueError(f"--probe_collab {probe_args.probe_collab}: task {bare} has no `oracle` lines, which "
-                                 "the callback's partner speaks")
+                                                  option="--probe_collab", oracle=True)
             self.collab_settings = CollabSettings(batch_size=self.settings.batch_size, seed=self.settings.seed)
         self.records: list[dict] = []  # this run's probe records, on every rank: what the rule chooses from
         self.trainer = trainer

@@ -139,9 +139,7 @@ def run_collab_job(args: CollabScriptArguments, settings: CollabSettings) -> dic
 
     from ..models import load_model, load_tokenizer
 
-    tasks = load_collab_tasks(args.data, settings.families, args.limit)
-    if args.partner == "oracle" and (bare := next((t.id for t in tasks if t.oracle is None), None)):
-        raise ValueError(f"task {bare} in {args.data} has no `oracle` lines: pick a model as --partner")
+    tasks = load_collab_tasks(args.data, settings.families, args.limit, oracle=args.partner == "oracle")
     out = ensure_writable_dir(args.out)
     tokenizer = load_tokenizer(args.model)
     model = load_model(args.model, dtype=args.dtype, device="cuda" if torch.cuda.is_available() else "cpu")

@@ -33,7 +33,8 @@ def _said(text: str) -> Generation:
 
 
 class OraclePartner:
-    """Plays the partner from each task's `oracle` lines (written by the task's generator, which knows the world).
+    """Plays the partner from each task's `oracle` lines (written by the task's generator, which knows the world;
+    `load_collab_tasks(..., oracle=True)` checks that every task has them).
 
     - info_gap (the partner is the user who holds the missing number): a question from the assistant gets `reveal`
       the first time and [`NOTHING_MORE`] after; CollabLLM's simulated users likewise reveal facts only when asked.
@@ -51,8 +52,6 @@ class OraclePartner:
 
     @staticmethod
     def _reply(task: CollabTask, messages: list[dict]) -> str | None:
-        if task.oracle is None:
-            raise ValueError(f"task {task.id} has no `oracle` lines: use a model partner (--partner self or a model)")
         o, turn = task.oracle, messages[-1]["content"]
         if task.family == "info_gap":
             return NOTHING_MORE if any(m["content"] == o["reveal"] for m in messages) else o["reveal"]

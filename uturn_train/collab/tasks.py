@@ -71,8 +71,9 @@ def _problem(row: dict) -> str | None:
 
 
 def load_collab_tasks(path: str | Path, families: list[str] | tuple[str, ...] = FAMILIES, limit: int | None = None,
-                      option: str = "--data") -> list[CollabTask]:
-    """The tasks of `families` in `path`, the first `limit` of each family, in file order.
+                      option: str = "--data", oracle: bool = False) -> list[CollabTask]:
+    """The tasks of `families` in `path`, the first `limit` of each family, in file order; with `oracle`, each must
+    hold the oracle partner's lines.
 
     Raises:
         `ValueError`: naming the file, line and field of a bad row, or `option` when the file is missing or holds no
@@ -97,6 +98,9 @@ def load_collab_tasks(path: str | Path, families: list[str] | tuple[str, ...] = 
             counts[family] += 1
             tasks.append(CollabTask(row["id"], family, row["gold"], row["messages"], row.get("oracle"),
                                     row.get("brief"), row.get("answer_right")))
+    if oracle and (bare := next((t.id for t in tasks if t.oracle is None), None)):
+        raise ValueError(f"{option} {path}: task {bare} has no `oracle` lines, which the oracle partner speaks; "
+                         "pick a model partner (uturn collab --partner self or a model)")
     empty = [f for f, n in counts.items() if n == 0]
     if empty:
         raise ValueError(f"{option} {path} holds no {' or '.join(empty)} task: drop it from --families")

@@ -92,7 +92,8 @@ def resolve(*configs) -> None:
             if getattr(config, name, None) == "testbed":
                 setattr(config, name, str(ensure_testbed()))
         # Collaboration tasks: `uturn collab --task testbed` and the callback's `probe_collab testbed`.
-        if getattr(config, "task", None) == "testbed" and hasattr(config, "partner") and config.data is None:
+        # `uturn collab`'s arguments are the only ones with a `partner` (not imported: torch would load with it).
+        if hasattr(config, "partner") and config.task == "testbed" and config.data is None:
             config.data = str(ensure_collab_tasks(ensure_testbed()))
         for name, (data, file) in _DATA_OF.items():
             if getattr(config, name, None) == "testbed" and getattr(config, data) is None:
