@@ -30,11 +30,17 @@ def tasks_file(tmp_path):
 
 
 def test_info_gap_leaves_out_one_number_that_the_reveal_holds():
-    rows = [r for r in _tasks(200) if r["family"] == "info_gap"]
+    rng = random.Random(0)
+    problems = [sample_problem(rng) for _ in range(200)]
+    rows = [r for r in collab_tasks(problems) if r["family"] == "info_gap"]
     assert len(rows) > 100, "most problems have a number that can be left out"
     for r in rows:
         question = r["messages"][0]["content"]
         number = re.search(r"is (\d+)\.$", r["oracle"]["reveal"]).group(1)
+        # The reveal names the one knob that holds the number (not another knob of the same value: 3 candles at $3).
+        problem = problems[int(r["id"].split("-")[1])]
+        knobs = [k for k, v in problem.numbers.items() if str(v) == number]
+        assert len(knobs) == 1 and r["oracle"]["reveal"].lower().startswith(str(problem.knobs[knobs[0]]).lower())
         assert "some " in question and number in r["brief"]
         # The full question is in the brief: it differs from the user's by that number where the user wrote "some".
         full = r["brief"].split("The whole problem is: ")[1].split(" You only wrote:")[0]
@@ -287,6 +293,10 @@ def test_testbed_tasks_come_from_its_heldout_problems_and_a_mismatch_fails(tmp_p
     peer = [t for t in tasks if t.family == "peer_check"]
     assert [t.messages[0]["content"] for t in peer] == [r["question"] for r in heldout]
     assert [t.gold for t in peer] == [r["answer"].rsplit("#### ", 1)[1] for r in heldout]
+    drawn = (tmp_path / "collab.jsonl").read_text()
+    write_jsonl(tmp_path / "collab.jsonl", [json.loads(drawn.splitlines()[0])])  # an older version's tasks
+    ensure_collab_tasks(tmp_path)
+    assert (tmp_path / "collab.jsonl").read_text() == drawn, "a stale file is drawn again"
     other = tmp_path / "other"
     other.mkdir()
     (other / "card.json").write_text(json.dumps({"seed": 4, "config": {"n_heldout": 6}}))

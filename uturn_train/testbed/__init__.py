@@ -82,7 +82,7 @@ def resolve(*configs) -> None:
     `model` / `model_name_or_path` `testbed` become its folder; `task` / `probe_task` `testbed` without data get its
     held-out problems, `mine_source` / `prompt_source` / `collab_source` `testbed` without data its training
     conversations, `uturn collab`'s `task` and the callback's `probe_collab` `testbed` its collaboration tasks
-    (`collab.jsonl`, written from its held-out problems if missing). Under several
+    (`collab.jsonl`, written from its held-out problems if missing or stale). Under several
     processes, call it on every one inside `main_process_first`, so that one builds while the others wait.
     """
     from .collab import ensure_collab_tasks

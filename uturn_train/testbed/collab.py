@@ -46,13 +46,15 @@ def _gap(problem: Problem, rng: random.Random) -> tuple[str, str] | None:
     """The question with one number left out, and the knob left out; None if no number can go."""
     options = []
     for knob, value in problem.numbers.items():
-        spots = [m for m in re.finditer(rf"(?<![\d$]){value}(?!\d)", problem.question)]
-        if len(spots) != 1:  # also appears elsewhere in the question: leaving one out would be ambiguous
+        # Every spot of the number, "$3" too: a number that stands twice (3 candles at $3) is two knobs' value, and
+        # leaving one out would name the wrong one in the reveal.
+        spots = [m for m in re.finditer(rf"(?<!\d){value}(?!\d)", problem.question)]
+        if len(spots) != 1 or list(problem.numbers.values()).count(value) != 1:
             continue
         start, end = spots[0].span()
         after = problem.question[end:].split(maxsplit=1)
         if problem.question[end:end + 1] == " " and after and after[0].isalpha() and after[0] not in _NOT_BEFORE \
-                and not problem.question[:start].endswith("another "):
+                and not problem.question[:start].endswith(("another ", "$")):
             options.append((knob, problem.question[:start] + "some" + problem.question[end:]))
     if not options:
         return None
@@ -128,8 +130,10 @@ def collab_tasks(problems: list[Problem], seed: int = 0, wrong_share: float = 0.
 
 
 def ensure_collab_tasks(testbed: Path) -> Path:
-    """The testbed's `collab.jsonl`, written first (seconds) if missing."""
+    """The testbed's `collab.jsonl`, (re)written (about a second) when missing or not what this version draws: a file
+    from an older version would otherwise score every model on tasks the docs no longer describe."""
     path = testbed / COLLAB_FILE
-    if not path.exists():
-        write_jsonl(path, collab_tasks(heldout_problems(testbed)))
+    rows = [json.dumps(r, ensure_ascii=False) for r in collab_tasks(heldout_problems(testbed))]
+    if not path.exists() or path.read_text(encoding="utf-8").splitlines() != rows:
+        write_jsonl(path, map(json.loads, rows))
     return path
