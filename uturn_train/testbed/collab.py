@@ -130,7 +130,7 @@ def collab_tasks(problems: list[Problem], seed: int = 0, wrong_share: float = 0.
 
 
 def ensure_collab_tasks(testbed: Path) -> Path:
-    """The testbed's `collab.jsonl`, (re)written (about a second) when missing or not what this version draws: a file
+    """The testbed's `collab.jsonl`, (re)written (0.07 s) when missing or not what this version draws: a file
     from an older version would otherwise score every model on tasks the docs no longer describe."""
     path = testbed / COLLAB_FILE
     rows = [json.dumps(r, ensure_ascii=False) for r in collab_tasks(heldout_problems(testbed))]
