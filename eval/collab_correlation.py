@@ -8,15 +8,24 @@ bootstrap 95% interval that resamples whole runs (a run's checkpoints are not in
 ```bash
 uturn ablate --config recipes/testbed/ablation.yaml --out outputs/ablations/testbed-collab
 python eval/collab_correlation.py outputs/ablations/testbed-collab --out outputs/collab_correlation
+python eval/collab_correlation.py outputs/ablations/testbed-collab --relabel --out outputs/collab_correlation-relabel
 ```
+
+`--relabel` labels the stored user turns (`probe/step_<N>.jsonl`) again with this version's rules and reads the
+grounded rates from those labels: after a fix of the classifier, the same checkpoints and conversations, measured
+again, without training anything again.
 
 Writes `correlation.json`, `correlation.md` (the table) and `correlation.png` (the scatter plots).
 """
 
 import argparse
+import json
+from collections import defaultdict
 from pathlib import Path
 
 from uturn_train.io import atomic_open, write_json
+from uturn_train.probe.classify import classify_turn
+from uturn_train.probe.grounding import is_grounded
 from uturn_train.report import find_runs, load_run
 from uturn_train.stats import grouped_spearman, spearman
 
@@ -31,10 +40,32 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("dirs", nargs="+", help="ablation folders (or run folders) trained with --probe_collab")
     parser.add_argument("--out", default="outputs/collab_correlation", help="output folder")
     parser.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    parser.add_argument("--relabel", action="store_true",
+                        help="grounded rates from the stored user turns labelled again with this version's rules")
     return parser
 
 
-def points(dirs: list[str]) -> list[dict]:
+def relabelled_rates(turns: Path) -> dict[float, float]:
+    """Per temperature, the grounded follow-up rate of the user turns in a probe's `step_<N>.jsonl`, each labelled
+    again by `classify_turn` and `is_grounded` against the mismatched context the probe paired it with."""
+    if not turns.exists():
+        raise FileNotFoundError(f"{turns}: no stored user turns to label again; run without --relabel")
+    rows = [json.loads(line) for line in turns.open()]
+    contexts = {r["index"]: (r["query"], r["answer"]) for r in rows if r.get("answer") is not None}
+    grounded = defaultdict(list)
+    for r in rows:
+        if r.get("error") is not None:
+            continue  # left out of every rate, as in the probe
+        if r.get("mismatch_index") is None:
+            raise ValueError(f"{turns}: row {r['index']} has no mismatched context, its grounded label is undefined")
+        verdict = classify_turn(r["query"], r["answer"], r["user_turn"], finish_reason=r["finish_reason"])
+        g = is_grounded(r["query"], r["answer"], r["user_turn"], *contexts[r["mismatch_index"]], verdict=verdict,
+                        finish_reason=r["finish_reason"])
+        grounded[r["temperature"]].append(g.grounded)
+    return {t: sum(v) / len(v) for t, v in grounded.items()}
+
+
+def points(dirs: list[str], relabel: bool = False) -> list[dict]:
     """One point per probed checkpoint that held collaboration conversations."""
     found = []
     for path in find_runs(dirs):
@@ -46,6 +77,9 @@ def points(dirs: list[str]) -> list[dict]:
                      "accuracy": r["accuracy"]}
             for s in r["settings"]:
                 point[f"grounded_followup_rate_T{s['temperature']:g}"] = s.get("grounded_followup_rate")
+            if relabel:
+                for t, rate in relabelled_rates(Path(path) / "probe" / f"step_{r['step']}.jsonl").items():
+                    point[f"grounded_followup_rate_T{t:g}"] = rate
             for name, (family, part) in OUTCOMES.items():
                 c = r["collab"].get(family)
                 point[name] = None if c is None else (c[part] if part else c)["success_rate"]
@@ -129,7 +163,7 @@ def plot(pts: list[dict], rows: list[dict], path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     args = make_parser().parse_args(argv)
-    pts = points(args.dirs)
+    pts = points(args.dirs, relabel=args.relabel)
     rows = correlations(pts, seed=args.seed)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

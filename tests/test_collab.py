@@ -121,7 +121,7 @@ class ScriptedClient:
                 told = re.fullmatch(r".* is \d+\.", last)
                 text = f"#### {self.gold[turns[0][1]]}" if told else "How many are there?" if self.ask else "#### 7"
             else:  # the model is the user (peer_check)
-                final = re.findall(r"#### (\d+)", last)[-1]
+                final = re.findall(r"#### (\d+)", p)[-1]  # the last answer stated (a partner may explain a step)
                 text = f"Why is it {final}?" if self.react else "Thanks!"
             outs.append([Generation(text, "stop", None, 10, 5)])
         return outs
@@ -149,6 +149,19 @@ def test_success_rule_end_to_end_with_the_oracle(tasks_file):
     n = summary["peer_check"]["n"]
     assert summary["peer_check"]["success_rate"] == pytest.approx(summary["peer_check"]["right_start"]["n"] / n)
     assert by_id.keys() == {r["id"] for r in quiet.conversations}
+
+
+def test_a_partner_explaining_a_step_leaves_the_pairs_answer_standing(tasks_file):
+    class Explaining:  # a model partner asked "Why is it 61?" goes over one step; 4 is no answer to the problem
+        def respond(self, tasks, conversations):
+            return [Generation("In that step we multiply: 2 * 2 = 4.", "stop", None, 5, 5) for _ in tasks]
+
+    tasks = [t for t in load_collab_tasks(tasks_file) if t.family == "peer_check"]
+    run = run_collab(None, _tokenizer(), tasks, Explaining(), CollabSettings(max_turns=3), client=ScriptedClient(tasks),
+                     disable_progress=True)
+    assert all(r["turns"] == 3 and r["messages"][-1]["content"].endswith("= 4.") for r in run.conversations)
+    assert all(r["success"] == r["answer_right"] and r["final_answer"] == re.findall(r"#### (\d+)", r["messages"][1][
+        "content"])[-1] for r in run.conversations), "the pair's answer is the one it opened with"
 
 
 def _tokenizer():
@@ -280,6 +293,25 @@ def test_correlation_script_reads_an_ablation(tmp_path):
     assert row["rho"] == pytest.approx(1.0) and row["n_points"] == 4 and row["n_groups"] == 2
     assert (tmp_path / "out" / "correlation.png").read_bytes()[:4] == b"\x89PNG"
     assert "| peer_check, wrong start | greedy grounded | +1.00 |" in (tmp_path / "out" / "correlation.md").read_text()
+
+
+def test_correlation_relabel_reads_the_stored_turns_with_this_versions_rules(tmp_path):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "eval"))
+    from collab_correlation import relabelled_rates
+    from test_grounding import AGE_ANSWER, AGE_QUERY, ANSWER, QUERY
+
+    def row(index, temperature, turn, error=None):  # as the probe stores it; the labels stored are the old rules'
+        query, answer = [(AGE_QUERY, AGE_ANSWER), (QUERY, ANSWER)][index]
+        return {"index": index, "temperature": temperature, "query": query, "answer": answer, "user_turn": turn,
+                "finish_reason": "stop", "mismatch_index": 1 - index, "grounded": True, "error": error}
+
+    turns = tmp_path / "probe" / "step_2.jsonl"
+    turns.parent.mkdir()
+    write_jsonl(turns, [row(0, 0.0, "What if Paul's age changed to 8?"), row(1, 0.0, "How did you get 24?"),
+                        row(0, 1.0, "Why 23 years?"), row(1, 1.0, "", error="request failed")])
+    assert relabelled_rates(turns) == {0.0: 0.5, 1.0: 1.0}  # the what-if is a variant; the failed row is left out
+    with pytest.raises(FileNotFoundError, match="step_4.jsonl: no stored user turns .*without --relabel"):
+        relabelled_rates(tmp_path / "probe" / "step_4.jsonl")
 
 
 def test_testbed_tasks_come_from_its_heldout_problems_and_a_mismatch_fails(tmp_path):

@@ -64,6 +64,19 @@ def test_arithmetic_cases(turn, grounded):
     assert g.grounded == grounded, g
 
 
+# The testbed's age problems ask with the verb last; they are word problems like the others (a what-if about the story
+# passed as grounded while they were read as open-ended answers, the rule for which takes any turn naming the story).
+AGE_QUERY = "Paul's age is 7 times Aisha's age. Aisha is 3. What will Paul's age be 5 years from now?"
+AGE_ANSWER = "Aisha is 3 and Paul's age is 7 times that, so Paul is 3 * 7 = 23 years old now.\n5 years from now, " \
+    "Paul will be 23 + 5 = 28.\n#### 28"
+
+
+@pytest.mark.parametrize("turn,grounded", [("What if Paul's age changed to 8?", False), ("Why 23 years?", True),
+                                           ("What is Paul's age now?", False), ("How did you get 28?", True)])
+def test_age_problems_are_word_problems(turn, grounded):
+    assert is_grounded(AGE_QUERY, AGE_ANSWER, turn, *OTHER).grounded == grounded
+
+
 def test_verdict_is_reused_and_a_turn_that_is_no_follow_up_is_not_grounded():
     verdict = classify_turn(QUERY, ANSWER, "How did you get 24?")
     assert is_grounded(QUERY, ANSWER, "How did you get 24?", *OTHER, verdict=verdict) == is_grounded(

@@ -62,6 +62,12 @@ def test_extract_answer(text, expected):
     assert extract_answer(text) == expected
 
 
+def test_an_answer_stated_as_one_or_none():
+    assert extract_answer("so 6 * 9 = 54.", last_number=False) is None  # a step, not an answer
+    assert extract_answer("so 6 * 9 = 54. So the answer is 61.", last_number=False) == "61"
+    assert extract_answer("54 + 7 = 61\n#### 61", last_number=False) == "61"
+
+
 @pytest.mark.parametrize(
     "output, gold, correct",
     [

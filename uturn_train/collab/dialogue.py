@@ -80,11 +80,13 @@ class _Conversation:
 
 def _final(c: _Conversation) -> str | None:
     """The turn that holds the conversation's answer: info_gap the model's answer, peer_check the last assistant turn
-    that states one."""
+    that states one as an answer ("#### 61", "the answer is 61"), else the answer the conversation opened with. A
+    model partner asked about a step explains that step ("so 6 * 9 = 54"), and its last number is not the pair's
+    answer."""
     if c.task.family == "info_gap":
         return c.messages[-1]["content"] if c.ended == "answered" else None
-    return next((m["content"] for m in reversed(c.messages)
-                 if m["role"] == "assistant" and extract_answer(m["content"]) is not None), None)
+    answers = [m["content"] for m in c.messages if m["role"] == "assistant"]
+    return next((a for a in reversed(answers) if extract_answer(a, last_number=False) is not None), answers[0])
 
 
 def _record(c: _Conversation) -> dict:

@@ -12,7 +12,7 @@ exit non-zero. The answers are perturbed three ways, per prompt (one per distinc
 
 - the query pasted as the user turn is a repetition, every time (share 1.0);
 - generic questions (`GENERIC_QUESTIONS`) are grounded <= 0.10 of the time (Wilson upper bound);
-- the data's real next user turns are grounded >= 0.25 of the time (Wilson lower bound), and less often once their
+- the data's real next user turns are grounded >= 0.20 of the time (Wilson lower bound), and less often once their
   answer is shuffled, emptied or truncated: what they share with their answer only (its numbers, its result, its
   terms) is gone. With the answer emptied the follow-up rate falls too: a turn whose only link to the conversation
   is a word of the answer becomes a new topic.
@@ -65,8 +65,11 @@ GENERIC_CEILING = 0.10  # issue 10: generic questions after real contexts are co
 # Many real next turns are grounded. Far below the issue's 0.65 for human-labelled follow-ups: the data's next turns
 # include turns that are no follow-up (OASST: 29 of 380 by hand), and the testbed's follow-ups are by design a quarter
 # variants of the query ("What if it was 8 instead of 5?") and a sixth requests that fit any answer ("Explain it in
-# words please."), neither grounded since issue 17; measured 0.68 on OASST and 0.32 [0.28, 0.36] on the testbed.
-REAL_FLOOR = 0.25
+# words please."), neither grounded since issue 17; measured 0.68 on OASST and 0.27 [0.23, 0.31] on the testbed
+# (0.32 until its age problems, "What will Tara's age be ...?", were read as word problems too: 26 of 500 turns lost
+# it, variants of the query, push-back with the user's own number, or questions naming only numbers below 13, which
+# the rules take for chance on every other problem too).
+REAL_FLOOR = 0.20
 NO_GROUNDING = 0.05  # issue 10 counts a model at <= 0.05 as writing no grounded follow-ups (the step-0 acceptance)
 SENTENCE_END = re.compile(r"[.!?:;]['\")\]]*$")
 

@@ -59,12 +59,12 @@ def _last_boxed(text: str) -> str | None:
     return None  # unbalanced: the output was cut off inside the box
 
 
-def extract_answer(text: str) -> str | None:
+def extract_answer(text: str, *, last_number: bool = True) -> str | None:
     """The final answer of a model output, or `None` when it states none.
 
-    By priority: the last `\\boxed{...}`, the last `#### N`, the last "answer is N" / "Final answer: N", then the
-    last number in the text. Think blocks are dropped first; `$`, `%`, thousands separators and a trailing period
-    are dropped from the number.
+    By priority: the last `\\boxed{...}`, the last `#### N`, the last "answer is N" / "Final answer: N", then (unless
+    `last_number=False`: an answer must be stated as one) the last number in the text. Think blocks are dropped
+    first; `$`, `%`, thousands separators and a trailing period are dropped from the number.
 
     Args:
         text (`str`): the model output.
@@ -86,7 +86,7 @@ def extract_answer(text: str) -> str | None:
         for tail in reversed(pattern.findall(text)):
             if (number := _number(tail)) is not None:
                 return number
-    return _number(text, last=True)
+    return _number(text, last=True) if last_number else None
 
 
 def _as_float(text: str) -> float | None:
