@@ -51,6 +51,9 @@ def relabelled_rates(turns: Path) -> dict[float, float]:
     if not turns.exists():
         raise FileNotFoundError(f"{turns}: no stored user turns to label again; run without --relabel")
     rows = [json.loads(line) for line in turns.open()]
+    if any("scorer_reason" in r for r in rows):
+        raise ValueError(f"{turns}: probed with a scorer, which --relabel does not run again; run without --relabel")
+    # Not `ground_rows`: it pairs contexts by a seed of its own; the stored `mismatch_index` is the probe's own pairing.
     contexts = {r["index"]: (r["query"], r["answer"]) for r in rows if r.get("answer") is not None}
     grounded = defaultdict(list)
     for r in rows:
