@@ -16,23 +16,13 @@ grounded rates from those labels: after a fix of the classifier, the same checkp
 again, without training anything again.
 
 Writes `correlation.json`, `correlation.md` (the table) and `correlation.png` (the scatter plots).
+
+The code lives in `uturn_train/experiments/correlation.py`; this script writes its outputs.
 """
 
 import argparse
-import json
-from collections import defaultdict
-from pathlib import Path
 
-from uturn_train.io import atomic_open, write_json
-from uturn_train.probe.classify import classify_turn
-from uturn_train.probe.grounding import is_grounded
-from uturn_train.report import find_runs, load_run
-from uturn_train.stats import grouped_spearman, spearman
-
-PREDICTORS = {"greedy grounded": ("grounded_followup_rate", 0.0), "T=1.0 grounded": ("grounded_followup_rate", 1.0),
-              "accuracy": ("accuracy", None)}
-OUTCOMES = {"info_gap": ("info_gap", None), "peer_check": ("peer_check", None),
-            "peer_check, wrong start": ("peer_check", "wrong_start")}
+from uturn_train.experiments.correlation import markdown, write_correlation
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -45,137 +35,11 @@ def make_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def relabelled_rates(turns: Path) -> dict[float, float]:
-    """Per temperature, the grounded follow-up rate of the user turns in a probe's `step_<N>.jsonl`, each labelled
-    again by `classify_turn` and `is_grounded` against the mismatched context the probe paired it with."""
-    if not turns.exists():
-        raise FileNotFoundError(f"{turns}: no stored user turns to label again; run without --relabel")
-    rows = [json.loads(line) for line in turns.open()]
-    if any("scorer_reason" in r for r in rows):
-        raise ValueError(f"{turns}: probed with a scorer, which --relabel does not run again; run without --relabel")
-    # Not `ground_rows`: it pairs contexts by a seed of its own; the stored `mismatch_index` is the probe's own pairing.
-    contexts = {r["index"]: (r["query"], r["answer"]) for r in rows if r.get("answer") is not None}
-    grounded = defaultdict(list)
-    for r in rows:
-        if r.get("error") is not None:
-            continue  # left out of every rate, as in the probe
-        if r.get("mismatch_index") is None:
-            raise ValueError(f"{turns}: row {r['index']} has no mismatched context, its grounded label is undefined")
-        verdict = classify_turn(r["query"], r["answer"], r["user_turn"], finish_reason=r["finish_reason"])
-        g = is_grounded(r["query"], r["answer"], r["user_turn"], *contexts[r["mismatch_index"]], verdict=verdict,
-                        finish_reason=r["finish_reason"])
-        grounded[r["temperature"]].append(g.grounded)
-    return {t: sum(v) / len(v) for t, v in grounded.items()}
-
-
-def points(dirs: list[str], relabel: bool = False) -> list[dict]:
-    """One point per probed checkpoint that held collaboration conversations."""
-    found = []
-    for path in find_runs(dirs):
-        run = load_run(path)
-        for r in run["records"]:
-            if not r.get("collab"):
-                continue
-            point = {"run": run["name"], "variant": run["variant"], "seed": run["seed"], "step": r["step"],
-                     "accuracy": r["accuracy"]}
-            for s in r["settings"]:
-                point[f"grounded_followup_rate_T{s['temperature']:g}"] = s.get("grounded_followup_rate")
-            if relabel:
-                for t, rate in relabelled_rates(Path(path) / "probe" / f"step_{r['step']}.jsonl").items():
-                    point[f"grounded_followup_rate_T{t:g}"] = rate
-            for name, (family, part) in OUTCOMES.items():
-                c = r["collab"].get(family)
-                point[name] = None if c is None else (c[part] if part else c)["success_rate"]
-            found.append(point)
-    if not found:
-        raise ValueError(f"{dirs}: no checkpoint held collaboration conversations; train with --probe_collab testbed")
-    return found
-
-
-def _value(point: dict, metric: str, temperature: float | None):
-    return point[metric] if temperature is None else point.get(f"{metric}_T{temperature:g}")
-
-
-def correlations(pts: list[dict], seed: int = 0) -> list[dict]:
-    rows = []
-    for outcome in OUTCOMES:
-        for predictor, (metric, t) in PREDICTORS.items():
-            usable = [p for p in pts if p[outcome] is not None and _value(p, metric, t) is not None]
-            runs = sorted({p["run"] for p in usable})
-            groups = [[(_value(p, metric, t), p[outcome]) for p in usable if p["run"] == run] for run in runs]
-            per_seed = {}
-            for s in sorted({p["seed"] for p in usable}, key=lambda s: (s is None, s or 0)):
-                mine = [p for p in usable if p["seed"] == s]
-                per_seed[str(s)] = spearman([_value(p, metric, t) for p in mine], [p[outcome] for p in mine])
-            rows.append({"outcome": outcome, "predictor": predictor, **grouped_spearman(groups, seed=seed),
-                         "per_seed": per_seed})
-    return rows
-
-
-def _fmt(x, digits=2):
-    return "-" if x is None else f"{x:+.{digits}f}"
-
-
-def markdown(rows: list[dict]) -> str:
-    seeds = list(rows[0]["per_seed"])
-    lines = ["| collaboration success | predictor | rho | 95% CI (runs resampled) | " +
-             " | ".join(f"seed {s}" for s in seeds) + " | points / runs |",
-             "|---|---|---|---|" + "---|" * len(seeds) + "---|"]
-    for r in rows:
-        ci = "-" if r["ci95"] is None else f"[{_fmt(r['ci95'][0])}, {_fmt(r['ci95'][1])}]"
-        lines.append(f"| {r['outcome']} | {r['predictor']} | {_fmt(r['rho'])} | {ci} | "
-                     + " | ".join(_fmt(r["per_seed"][s]) for s in seeds) + f" | {r['n_points']} / {r['n_groups']} |")
-    return "\n".join(lines) + "\n"
-
-
-def plot(pts: list[dict], rows: list[dict], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    variants = sorted({p["variant"] for p in pts})
-    colors = {v: plt.cm.tab10(i % 10) for i, v in enumerate(variants)}
-    markers = ["o", "s", "^", "D", "v"]
-    seeds = sorted({p["seed"] for p in pts}, key=lambda s: (s is None, s or 0))
-    fig, axes = plt.subplots(len(OUTCOMES), len(PREDICTORS), figsize=(12, 10), dpi=110, squeeze=False)
-    for i, outcome in enumerate(OUTCOMES):
-        for j, (predictor, (metric, t)) in enumerate(PREDICTORS.items()):
-            ax = axes[i][j]
-            for p in pts:
-                x = _value(p, metric, t)
-                if x is not None and p[outcome] is not None:
-                    ax.scatter(x, p[outcome], color=colors[p["variant"]], marker=markers[seeds.index(p["seed"]) % 5],
-                               s=22, alpha=0.75)
-            r = next(r for r in rows if r["outcome"] == outcome and r["predictor"] == predictor)
-            ci = "" if r["ci95"] is None else f" [{_fmt(r['ci95'][0])}, {_fmt(r['ci95'][1])}]"
-            ax.set_title(f"rho {_fmt(r['rho'])}{ci}", fontsize=9)
-            ax.set_xlabel(predictor, fontsize=8)
-            ax.set_ylabel(f"success: {outcome}", fontsize=8)
-            ax.grid(alpha=0.3)
-    handles = [plt.Line2D([], [], color=colors[v], marker="o", linestyle="", label=v) for v in variants]
-    handles += [plt.Line2D([], [], color="gray", marker=markers[k % 5], linestyle="", label=f"seed {s}")
-                for k, s in enumerate(seeds)]
-    fig.legend(handles=handles, loc="lower center", ncol=4, fontsize=8)
-    fig.suptitle("Collaboration success against the probe, every checkpoint of every run", fontsize=11)
-    fig.tight_layout(rect=(0, 0.08, 1, 0.97))
-    with atomic_open(path, "wb") as f:
-        fig.savefig(f, format="png")
-    plt.close(fig)
-
-
 def main(argv: list[str] | None = None) -> None:
     args = make_parser().parse_args(argv)
-    pts = points(args.dirs, relabel=args.relabel)
-    rows = correlations(pts, seed=args.seed)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    plot(pts, rows, out / "correlation.png")
-    with atomic_open(out / "correlation.md") as f:
-        f.write(markdown(rows))
-    write_json(out / "correlation.json", {"correlations": rows, "points": pts})
+    rows = write_correlation(args.dirs, args.out, relabel=args.relabel, seed=args.seed)
     print(markdown(rows))
-    print(f"wrote {out}")
+    print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":

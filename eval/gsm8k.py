@@ -10,7 +10,7 @@ Writes `OUT/results.json` (accuracy, accuracy_strict, accuracy_flexible) and `OU
 
 from dataclasses import dataclass, field
 
-from uturn_train.probe.job import ProbeScriptArguments
+from uturn_train.commands.probe import ProbeScriptArguments
 from uturn_train.probe.settings import ProbeSettings
 
 
@@ -22,7 +22,7 @@ class Gsm8kScriptArguments(ProbeScriptArguments):
 def main(args: Gsm8kScriptArguments, settings: ProbeSettings) -> dict:
     from dataclasses import replace
 
-    from uturn_train.probe.job import distributed_state, run_probe_job
+    from uturn_train.commands.probe import distributed_state, run_probe_job
     from uturn_train.zoo import resolve
 
     if args.task not in ("gsm8k", "testbed"):

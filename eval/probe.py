@@ -17,12 +17,12 @@ python eval/probe.py --config my_probe.yaml --limit 50
 ```
 """
 
-from uturn_train.probe.job import ProbeScriptArguments
+from uturn_train.commands.probe import ProbeScriptArguments
 from uturn_train.probe.settings import ProbeSettings
 
 
 def main(args: ProbeScriptArguments, settings: ProbeSettings) -> dict:
-    from uturn_train.probe.job import distributed_state, run_probe_job
+    from uturn_train.commands.probe import distributed_state, run_probe_job
     from uturn_train.zoo import resolve
 
     state = distributed_state()

@@ -1,5 +1,5 @@
 """Smoke runs of the Qwen3.5-2B recipes on a CPU: the 2B YAMLs on `qwen3.5-2b-random` (Qwen3.5-2B's exact shape, random
-weights; `uturn_train/qwen3_5_2b.py`), overridden only in length, steps and what a CPU without the hub needs (local
+weights; `uturn_train/zoo/qwen3_5_2b.py`), overridden only in length, steps and what a CPU without the hub needs (local
 data files, float32 unless `--dtype bfloat16`, generation layer by layer under ZeRO-3), 2 optimizer steps with the
 probe at step 0 and at the end. Measures what the planner (`uturn plan`) predicts: peak RSS of every process, seconds
 per optimizer step, trainable parameters; and compares the memory with the plan for the same YAML and overrides.
@@ -120,7 +120,7 @@ class PeakRSS(threading.Thread):
 def import_baseline(launcher: str) -> float:
     """RSS (GiB) of a process that imported what a recipe imports, before any model: the Python side of a run."""
     extra = ", deepspeed" if launcher == "zero3" else ""
-    code = (f"import resource, datasets, peft, torch, transformers, trl, wandb{extra}, uturn_train.callback; "
+    code = (f"import resource, datasets, peft, torch, transformers, trl, wandb{extra}, uturn_train.training.callback; "
             "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     return round(int(out.split()[-1]) / 2**20, 2)
@@ -149,7 +149,7 @@ def planned(recipe: str, launcher: str, out: Path, args) -> float:
     import contextlib
     import io
 
-    from uturn_train.plan import run_plan
+    from uturn_train.commands.plan import run_plan
 
     gpus = 2 if launcher == "zero3" else 1
     argv = ["--config", f"recipes/qwen3.5-2b/collab_{SCRIPT.get(recipe, recipe)}.yaml", "--gpus", str(gpus),

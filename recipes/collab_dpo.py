@@ -1,6 +1,6 @@
 """Collaboration DPO: on-policy preference pairs for the **user** turn, LoRA, the user-turn probe at every checkpoint.
 
-Without `--dataset_name`, the script first mines pairs with the model itself (`uturn_train/mining.py`: it answers,
+Without `--dataset_name`, the script first mines pairs with the model itself (`uturn_train/training/mining.py`: it answers,
 samples user turns; a follow-up grounded against three mismatched contexts is chosen, and an identity drift /
 repetition / new topic / empty / degenerate turn or a follow-up that fits any answer is rejected; plus accuracy
 anchors) and saves them to `output_dir/pairs`; a resumed run reuses them.
@@ -42,10 +42,10 @@ def main(script_args, training_args, model_args, probe_args, mining_args):
 
     from uturn_train import UserTurnProbeCallback
     from uturn_train.distributed import keep_non_reentrant_checkpointing
-    from uturn_train.mining import load_pairs, mine_pairs, mining_examples, resumable_pairs, save_pairs
     from uturn_train.models import load_model, load_tokenizer, lora_config
     from uturn_train.probe.history import report_probe_history
     from uturn_train.tracking import wandb_offline_unless_logged_in
+    from uturn_train.training.mining import load_pairs, mine_pairs, mining_examples, resumable_pairs, save_pairs
     from uturn_train.zoo import resolve
 
     wandb_offline_unless_logged_in(training_args.report_to, training_args.output_dir)
@@ -80,7 +80,8 @@ def main(script_args, training_args, model_args, probe_args, mining_args):
 
     requested = dict(training_args.gradient_checkpointing_kwargs or {})  # TRL's trainer rewrites it
     trainer = DPOTrainer(model=model, args=training_args, train_dataset=pairs, processing_class=tokenizer,
-                         peft_config=lora_config(model_args), callbacks=[callback])
+                         peft_config=lora_config(model_args))
+    trainer.add_callback(callback.bind(trainer))
     keep_non_reentrant_checkpointing(trainer, requested)  # ZeRO-3 + LoRA: see its docstring
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model(training_args.output_dir)
@@ -93,7 +94,7 @@ def make_parser():
     from trl import DPOConfig, ModelConfig, ScriptArguments, TrlParser
 
     from uturn_train import ProbeArguments
-    from uturn_train.mining import MiningArguments
+    from uturn_train.training.mining import MiningArguments
 
     return TrlParser((ScriptArguments, DPOConfig, ModelConfig, ProbeArguments, MiningArguments))
 

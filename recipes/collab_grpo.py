@@ -2,8 +2,8 @@
 
 The prompts are user-turn prompts, the conversation (query, then the policy's own answer, generated once before
 training, or the data's with `--prompt_setting heldout`) cut at the user header exactly as the probe builds them, and
-`anchor_share` of ordinary problems that the policy answers (`uturn_train/rl_data.py`). Generation stops at the
-template's end of turn and at any role header. Rewards (`uturn_train/rewards.py`, weights in `reward_weights`): the
+`anchor_share` of ordinary problems that the policy answers (`uturn_train/training/rl_data.py`). Generation stops at the
+template's end of turn and at any role header. Rewards (`uturn_train/training/rewards.py`, weights in `reward_weights`): the
 probe's verdict on the user turn (+1 grounded follow-up, +0.5 one specific to its conversation but not to its answer,
 0 a follow-up that fits any answer, a new topic or thanks, -1 drift, repetition, empty or degenerate), a length guard,
 and GSM8K-style correctness on the anchors; TRL logs each as `rewards/<name>/mean`. LoRA, the user-turn probe at step
@@ -35,9 +35,9 @@ def main(training_args, model_args, probe_args, rl_args):
     from uturn_train.distributed import gathered_if_zero3, keep_non_reentrant_checkpointing, never_replay_zero3_trace
     from uturn_train.models import load_model, load_tokenizer, lora_config
     from uturn_train.probe.history import report_probe_history
-    from uturn_train.rewards import LengthGuard, UserTurnReward, accuracy
-    from uturn_train.rl_data import grpo_rows, rl_examples
     from uturn_train.tracking import wandb_offline_unless_logged_in
+    from uturn_train.training.rewards import LengthGuard, UserTurnReward, accuracy
+    from uturn_train.training.rl_data import grpo_rows, rl_examples
     from uturn_train.zoo import resolve
 
     wandb_offline_unless_logged_in(training_args.report_to, training_args.output_dir)
@@ -70,7 +70,8 @@ def main(training_args, model_args, probe_args, rl_args):
     rewards = [UserTurnReward(tokenizer, role_header_starts(tokenizer)), LengthGuard(rl_args.user_turn_budget), accuracy]
     requested = dict(training_args.gradient_checkpointing_kwargs or {})  # TRL's trainer rewrites it
     trainer = GRPOTrainer(model=model, reward_funcs=rewards, args=training_args, train_dataset=Dataset.from_list(rows),
-                          processing_class=tokenizer, peft_config=lora_config(model_args), callbacks=[callback])
+                          processing_class=tokenizer, peft_config=lora_config(model_args))
+    trainer.add_callback(callback.bind(trainer))
     keep_non_reentrant_checkpointing(trainer, requested)  # ZeRO-3 + LoRA: see its docstring
     never_replay_zero3_trace(trainer)  # ZeRO-3: see its docstring
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
@@ -84,7 +85,7 @@ def make_parser():
     from trl import GRPOConfig, ModelConfig, TrlParser
 
     from uturn_train import ProbeArguments
-    from uturn_train.rl_data import RLArguments
+    from uturn_train.training.rl_data import RLArguments
 
     return TrlParser((GRPOConfig, ModelConfig, ProbeArguments, RLArguments))
 

@@ -1,7 +1,7 @@
 """Collaboration SFT: multi-turn conversations with grounded follow-ups, LoRA, the user-turn probe at every checkpoint.
 
 `loss_scope` picks the turns in the loss: `assistant` (the usual), `all` (every turn) or `user` (user turns only);
-`collab_source` the conversations: the testbed's, OASST trees, or any `{"messages"}` jsonl (`uturn_train/data.py`).
+`collab_source` the conversations: the testbed's, OASST trees, or any `{"messages"}` jsonl (`uturn_train/training/data.py`).
 At the end: a table of the probe history and `output_dir/probe_history.png`.
 
 # The testbed on a CPU (builds the testbed first if it is missing)
@@ -32,11 +32,11 @@ def main(script_args, training_args, model_args, probe_args, data_args):
     from trl import SFTTrainer
 
     from uturn_train import UserTurnProbeCallback
-    from uturn_train.data import apply_loss_scope, check_messages, load_conversations, sft_dataset
     from uturn_train.distributed import keep_non_reentrant_checkpointing
     from uturn_train.models import load_model, load_tokenizer, lora_config
     from uturn_train.probe.history import report_probe_history
     from uturn_train.tracking import wandb_offline_unless_logged_in
+    from uturn_train.training.data import apply_loss_scope, check_messages, load_conversations, sft_dataset
     from uturn_train.zoo import resolve
 
     apply_loss_scope(training_args, data_args.loss_scope)
@@ -62,7 +62,8 @@ def main(script_args, training_args, model_args, probe_args, data_args):
 
     requested = dict(training_args.gradient_checkpointing_kwargs or {})  # TRL's trainer rewrites it
     trainer = SFTTrainer(model=model, args=training_args, train_dataset=dataset, processing_class=tokenizer,
-                         peft_config=lora_config(model_args), callbacks=[callback])
+                         peft_config=lora_config(model_args))
+    trainer.add_callback(callback.bind(trainer))
     keep_non_reentrant_checkpointing(trainer, requested)  # ZeRO-3 + LoRA: see its docstring
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model(training_args.output_dir)
@@ -75,7 +76,7 @@ def make_parser():
     from trl import ModelConfig, ScriptArguments, SFTConfig, TrlParser
 
     from uturn_train import ProbeArguments
-    from uturn_train.data import CollabDataArguments
+    from uturn_train.training.data import CollabDataArguments
 
     return TrlParser((ScriptArguments, SFTConfig, ModelConfig, ProbeArguments, CollabDataArguments))
 

@@ -20,12 +20,12 @@ def shared_data() -> Path:
     return SHARED_DATA
 
 
-# Tiny offline checkpoints (tests/tiny.py), built once per session; `tiny` is imported lazily so that tests which do
-# not need a model do not pay for importing transformers.
+# Tiny offline checkpoints (tests/helpers/tiny.py), built once per session; `tiny` is imported lazily so that tests
+# which do not need a model do not pay for importing transformers.
 @pytest.fixture(scope="session")
 def tiny_qwen_dir(tmp_path_factory) -> Path:
     """Tiny `Qwen3_5ForCausalLM` + BPE tokenizer with the real Qwen3.5 (no-think) chat template."""
-    import tiny
+    from helpers import tiny
 
     tokenizer = tiny.qwen_tokenizer()
     return tiny.save(tiny.tiny_causal_lm(tokenizer), tokenizer, tmp_path_factory.mktemp("tiny-qwen3.5"))
@@ -34,7 +34,7 @@ def tiny_qwen_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_llama_dir(tmp_path_factory) -> Path:
     """Tiny `Qwen3_5ForCausalLM` with a Llama-3-style tokenizer and template (no pad token, eos `<|eot_id|>`)."""
-    import tiny
+    from helpers import tiny
 
     tokenizer = tiny.llama_tokenizer()
     return tiny.save(tiny.tiny_causal_lm(tokenizer), tokenizer, tmp_path_factory.mktemp("tiny-llama3"))
@@ -43,7 +43,7 @@ def tiny_llama_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_vl_dir(tmp_path_factory) -> Path:
     """Tiny `Qwen3_5ForConditionalGeneration` (the hub layout, 1-block vision tower) with the Qwen3.5 tokenizer."""
-    import tiny
+    from helpers import tiny
 
     tokenizer = tiny.qwen_tokenizer()
     return tiny.save(tiny.tiny_vl_model(tokenizer), tokenizer, tmp_path_factory.mktemp("tiny-qwen3.5-vl"))

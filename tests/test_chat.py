@@ -1,7 +1,8 @@
-"""User-turn prompts and stop strings from real chat templates (tiny tokenizers trained offline, see tests/tiny.py)."""
+"""User-turn prompts and stop strings from real chat templates (tiny tokenizers trained offline, see
+tests/helpers/tiny.py)."""
 
 import pytest
-import tiny
+from helpers import tiny
 from transformers import AutoTokenizer
 
 from uturn_train.chat import ChatTemplateError, answer_prompt, stop_strings, user_turn_prompt

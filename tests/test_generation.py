@@ -3,8 +3,8 @@
 import re
 
 import pytest
-import tiny
 import torch
+from helpers import tiny
 from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
 from uturn_train.chat import user_turn_prompt

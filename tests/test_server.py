@@ -5,9 +5,9 @@ import threading
 import time
 
 import pytest
-import tiny
 import torch
-from serve import ScriptedServer, TransformersServer
+from helpers import tiny
+from helpers.serve import ScriptedServer, TransformersServer
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from uturn_train.chat import stop_strings, user_turn_prompt

@@ -1,6 +1,9 @@
 """uturn-train: collaboration fine-tuning with a user-turn probe (arXiv 2604.02315)."""
 
-__version__ = "0.1.0"
+from . import _moved
+
+__version__ = "0.2.0"
+_moved.install()  # the modules that moved in 0.2 keep their old names for one release
 
 __all__ = ["ProbeArguments", "UserTurnProbeCallback", "classify_turn", "Verdict", "run_probe"]
 
@@ -8,11 +11,11 @@ __all__ = ["ProbeArguments", "UserTurnProbeCallback", "classify_turn", "Verdict"
 def __getattr__(name):
     # Lazy: `uturn classify` and the classifier must not pay for importing torch and transformers.
     if name in ("ProbeArguments", "UserTurnProbeCallback"):
-        from . import callback
+        from .training import callback
 
         return getattr(callback, name)
     if name in ("classify_turn", "Verdict"):
-        from .probe import classify
+        from .probe.rules import classify
 
         return getattr(classify, name)
     if name == "run_probe":

@@ -23,7 +23,7 @@ def _name(tokenizer) -> str:
     return tokenizer.name_or_path or type(tokenizer).__name__
 
 
-def _render(tokenizer, messages: list[dict], *, add_generation_prompt: bool, enable_thinking: bool = False) -> str:
+def render(tokenizer, messages: list[dict], *, add_generation_prompt: bool, enable_thinking: bool = False) -> str:
     if not tokenizer.chat_template:
         raise ChatTemplateError(
             f"the tokenizer of {_name(tokenizer)!r} has no chat template: the probe renders turns with the model's "
@@ -66,7 +66,7 @@ def user_turn_prompt(tokenizer, messages: list[dict], *, enable_thinking: bool =
     Raises:
         [`ChatTemplateError`]: no template, a template that rejects the conversation or that mangles content.
     """
-    rendered = _render(
+    rendered = render(
         tokenizer,
         [*messages, {"role": "user", "content": SENTINEL}],
         add_generation_prompt=False,
@@ -88,7 +88,7 @@ def answer_prompt(tokenizer, messages: list[dict], *, enable_thinking: bool = Fa
     Raises:
         [`ChatTemplateError`]: no template, or a template that rejects the conversation.
     """
-    return _render(tokenizer, messages, add_generation_prompt=True, enable_thinking=enable_thinking)
+    return render(tokenizer, messages, add_generation_prompt=True, enable_thinking=enable_thinking)
 
 
 def _header_after(separator: str, end_of_turn: str) -> str:
@@ -107,8 +107,8 @@ def _turn_markers(tokenizer) -> tuple[list[str], list[str]]:
         {"role": "assistant", "content": a1},
         {"role": "user", "content": u2},
     ]
-    full = _render(tokenizer, conversation, add_generation_prompt=False)
-    answered = _render(tokenizer, conversation[:2], add_generation_prompt=False)
+    full = render(tokenizer, conversation, add_generation_prompt=False)
+    answered = render(tokenizer, conversation[:2], add_generation_prompt=False)
     i_u1, i_a1, i_u2 = (_find(tokenizer, full, s) for s in _SENTINELS)
     user_end = full[i_u2 + len(u2) :].strip()
     assistant_end = answered[_find(tokenizer, answered, a1) + len(a1) :].strip()

@@ -143,7 +143,7 @@ def never_replay_zero3_trace(trainer) -> None:
     DeepSpeed records the order in which modules fetch their weights, then replays it to prefetch and to decide what to
     release. Under collab GRPO (LoRA, non-reentrant gradient checkpointing, generation before every step), DeepSpeed
     0.19.8 keeps every decoder layer's weights gathered through the backward of every second step:
-    `tests/scripts/zero3_gathered.py` on the tiny model finds all of them held at backwards 2 and 4, none at 1 and 3,
+    `tests/helpers/zero3_gathered.py` on the tiny model finds all of them held at backwards 2 and 4, none at 1 and 3,
     and none at all when no trace is ever replayed (neither the reuse distance nor prefetching is the cause: both set
     to 0, they stay held). Without replay every step releases each layer after its backward, at the cost of
     DeepSpeed's prefetching. SFT and DPO hold none (checked the same way): not needed there. Elsewhere a no-op.

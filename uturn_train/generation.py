@@ -11,7 +11,7 @@ from .chat import stop_strings
 # `_prepare_generation_config`), and chat checkpoints ship sampling defaults there (Qwen3: temperature=0.6, top_k=20,
 # top_p=0.95). Naming the neutral value of each knob that shapes the distribution keeps our decoding plain
 # greedy / plain temperature sampling, whatever the checkpoint says, so results compare across models.
-_PLAIN_DECODING = {
+PLAIN_DECODING = {
     "num_beams": 1,
     "repetition_penalty": 1.0,
     "no_repeat_ngram_size": 0,
@@ -19,7 +19,7 @@ _PLAIN_DECODING = {
     "use_cache": True,
 }
 # Only passed when sampling: greedy ignores them, and transformers warns about sampling flags set for greedy.
-_PLAIN_SAMPLING = {"top_k": 0, "top_p": 1.0, "min_p": 0.0, "typical_p": 1.0, "epsilon_cutoff": 0.0, "eta_cutoff": 0.0}
+PLAIN_SAMPLING = {"top_k": 0, "top_p": 1.0, "min_p": 0.0, "typical_p": 1.0, "epsilon_cutoff": 0.0, "eta_cutoff": 0.0}
 
 
 @dataclass
@@ -163,8 +163,8 @@ def generate(
                     pad_token_id=pad_id,
                     stop_strings=string_stops or None,
                     tokenizer=tokenizer if string_stops else None,
-                    **_PLAIN_DECODING,
-                    **({"temperature": temperature, **_PLAIN_SAMPLING} if sampling else {}),
+                    **PLAIN_DECODING,
+                    **({"temperature": temperature, **PLAIN_SAMPLING} if sampling else {}),
                 )
                 completions = output[:, width:].tolist()
                 for row, i in enumerate(batch):

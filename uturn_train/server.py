@@ -30,7 +30,7 @@ import httpx
 from tqdm.auto import tqdm
 
 from .chat import stop_strings, user_turn_prompt
-from .generation import _PLAIN_DECODING, _PLAIN_SAMPLING, Generation
+from .generation import PLAIN_DECODING, PLAIN_SAMPLING, Generation
 
 logger = logging.getLogger(__name__)
 
@@ -196,7 +196,7 @@ class CompletionsClient:
         if flavour == "transformers":
             # transformers serve sets do_sample=False for temperature 0 but never True otherwise: send the local
             # backend's plain decoding, with its end tokens.
-            config = {**_PLAIN_DECODING, "do_sample": sampling, **(_PLAIN_SAMPLING if sampling else {}),
+            config = {**PLAIN_DECODING, "do_sample": sampling, **(PLAIN_SAMPLING if sampling else {}),
                       "eos_token_id": sorted(self._end_ids), "pad_token_id": self.tokenizer.pad_token_id}
             return {"generation_config": json.dumps(config)}
         return {}

@@ -34,11 +34,11 @@ def run(model_dir, conversations, out, *, with_probe, max_steps, save_steps):
                      per_device_train_batch_size=8, learning_rate=2e-4, report_to="none", bf16=False, seed=0,
                      max_length=256, disable_tqdm=True, use_cpu=not torch.cuda.is_available(), save_only_model=True)
     probe = ProbeArguments(probe_task="testbed", probe_data=str(Path(model_dir) / "heldout.jsonl"))
-    callbacks = [UserTurnProbeCallback(probe, tokenizer)] if with_probe else []
     lora = LoraConfig(r=16, lora_alpha=32, target_modules=r".*layers\.\d+\.(self_attn\.(q_proj|k_proj|v_proj|o_proj)|"
                       r"linear_attn\.(in_proj_qkv|in_proj_z|out_proj)|mlp\.(gate_proj|up_proj|down_proj))")
-    trainer = SFTTrainer(model=model, args=args, train_dataset=data, processing_class=tokenizer, peft_config=lora,
-                         callbacks=callbacks)
+    trainer = SFTTrainer(model=model, args=args, train_dataset=data, processing_class=tokenizer, peft_config=lora)
+    if with_probe:
+        trainer.add_callback(UserTurnProbeCallback(probe, tokenizer, trainer=trainer))
     start = time.perf_counter()
     trainer.train()
     seconds = time.perf_counter() - start

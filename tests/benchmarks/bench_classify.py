@@ -20,7 +20,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from uturn_train.probe.classify import _context, classify_turn  # noqa: E402
+from uturn_train.probe.rules.classify import classify_turn  # noqa: E402
+from uturn_train.probe.rules.text import context  # noqa: E402
 from uturn_train.tasks import load_task  # noqa: E402
 
 OASST = Path(__file__).resolve().parents[3] / "shared" / "data" / "oasst" / "en_100_tree.jsonl"
@@ -33,7 +34,7 @@ def seconds_per_slice(triples: list[tuple[str, str, str]], repeats: int, cold: b
     best = [float("inf")] * len(slices)
     for _ in range(repeats):
         if cold:
-            _context.cache_clear()
+            context.cache_clear()
         for i, turns in enumerate(slices):
             start = time.process_time()
             for query, answer, turn in turns:

@@ -64,7 +64,8 @@ def main() -> None:
 
     from trl import ModelConfig, TrlParser
 
-    from uturn_train.mining import MineScriptArguments, MiningArguments, run_mine_job
+    from uturn_train.commands.mine import MineScriptArguments, run_mine_job
+    from uturn_train.training.mining import MiningArguments
 
     tmp = Path(tempfile.mkdtemp(prefix="bench_dpo_"))
     model_args, mining_args = TrlParser((ModelConfig, MiningArguments)).parse_args_and_config(

@@ -27,9 +27,9 @@ def main():
     from peft import LoraConfig, get_peft_model
     from trl.trainer.utils import add_fused_lm_head
 
+    from uturn_train.commands.plan import defaults, model_config, plan, shape
     from uturn_train.models import QWEN3_5_LORA_TARGETS, load_model
-    from uturn_train.plan import defaults, model_config, plan, shape
-    from uturn_train.qwen3_5_2b import ensure_stand_in
+    from uturn_train.zoo.qwen3_5_2b import ensure_stand_in
 
     model = load_model(str(ensure_stand_in()), "float32")
     add_fused_lm_head(model)

@@ -5,7 +5,7 @@
     python tests/benchmarks/bench_probe.py --model smollm2-135m-instruct --threads 1
 
 `--model` is anything `uturn probe --model` takes: a folder, a hub id, a `.gguf` file, `testbed` or
-`smollm2-135m-instruct` (fetched and converted once, see `uturn_train/zoo.py`). Without it, the built testbed
+`smollm2-135m-instruct` (fetched and converted once, see `uturn_train/zoo/`). Without it, the built testbed
 (`$UTURN_HOME/testbed`); without that, the script says so and falls back to the random-weight tiny test model, whose
 near-uniform logits make argmax ties, and so differences, likely. The problems are the testbed's held-out ones for the
 testbed, else GSM8K's test set from `../shared/data` (or `--data`, a GSM8K-format jsonl). As in the probe's `self`
@@ -58,7 +58,7 @@ def model_and_pairs(name: str | None, data: str | None, n: int):
         pairs = [(ex.query, ex.answer) for ex in load_task("gsm8k", data, limit=n)]
         return (load_model(args.model, device="cpu"), load_tokenizer(args.model), pairs,
                 f"trained model {args.model}, problems {data}")
-    import tiny
+    from helpers import tiny
 
     print(f"NOTE: no built testbed at {testbed_dir()} (run `uturn testbed build`): falling back to the random-weight "
           "tiny model, whose near-uniform logits make argmax ties, so greedy outputs may differ")

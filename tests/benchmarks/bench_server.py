@@ -26,13 +26,13 @@ import torch
 sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parents[2])]
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import tiny  # noqa: E402
-from serve import TransformersServer  # noqa: E402
+from helpers import tiny  # noqa: E402
+from helpers.serve import TransformersServer  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 
 from uturn_train.chat import role_header_starts, user_turn_prompt  # noqa: E402
 from uturn_train.generation import generate  # noqa: E402
-from uturn_train.probe.classify import classify_turn  # noqa: E402
+from uturn_train.probe.rules.classify import classify_turn  # noqa: E402
 from uturn_train.server import CompletionsClient  # noqa: E402
 from uturn_train.testbed import testbed_dir  # noqa: E402
 

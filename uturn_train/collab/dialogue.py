@@ -124,6 +124,19 @@ def summarize(records: list[dict], families: list[str]) -> dict:
     return summary
 
 
+def log_scalars(summary: dict) -> dict[str, float]:
+    """What the training callback logs of a [`summarize`]d run: `collab/success_rate/<family>` with `/ci_low` and
+    `/ci_high`, and `collab/success_rate/peer_check_wrong_start` likewise."""
+    logs = {}
+    for family, s in summary.items():
+        for name, r in ((family, s), (f"{family}_wrong_start", s.get("wrong_start"))):
+            if r is not None and r["success_rate"] is not None:
+                key = f"collab/success_rate/{name}"
+                logs[key] = r["success_rate"]
+                logs[f"{key}/ci_low"], logs[f"{key}/ci_high"] = r["ci95"]
+    return logs
+
+
 def _prompt(tokenizer, c: _Conversation) -> str:
     render = answer_prompt if c.task.model_role == "assistant" else user_turn_prompt
     return render(tokenizer, c.messages)

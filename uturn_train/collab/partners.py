@@ -8,7 +8,7 @@ import re
 
 from ..chat import answer_prompt
 from ..generation import Generation, generate
-from ..probe.classify import classify_turn
+from ..probe.rules.classify import classify_turn
 from .tasks import CollabTask
 
 AGAIN = "Let me go over it again.\n"

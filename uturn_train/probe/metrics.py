@@ -4,9 +4,9 @@ import math
 import re
 from collections import Counter
 
-from .classify import LABELS
-from .cues import GENERIC, STOPWORDS
-from .grounding import normalize_turn
+from .rules.classify import LABELS
+from .rules.cues import GENERIC, STOPWORDS
+from .rules.grounding import normalize_turn
 
 _NUMBER = re.compile(r"\$?\d[\d,]*(?:\.\d+)?")
 _FUNCTION = STOPWORDS | set(GENERIC)  # kept in a template: "how did you get" is its form, not its content
@@ -28,9 +28,9 @@ def wilson_interval(successes: int, n: int, z: float = 1.959964) -> tuple[float,
 
 def followup_template(turn: str, answer: str) -> str:
     """The form of a user turn: its numbers and the answer's own content words masked, then normalised as
-    [`~uturn_train.probe.grounding.normalize_turn`] does. "How did you get 24 apples?" after an answer about apples
-    and "How did you get 7 pages?" after one about pages are one template, `how did you get <n> <w>`; a plural matches
-    its singular ("apples" after "apple")."""
+    [`~uturn_train.probe.rules.grounding.normalize_turn`] does. "How did you get 24 apples?" after an answer about
+    apples and "How did you get 7 pages?" after one about pages are one template, `how did you get <n> <w>`; a plural
+    matches its singular ("apples" after "apple")."""
     own = {w.rstrip("s") for w in normalize_turn(_NUMBER.sub(" ", answer or "")).split() if w not in _FUNCTION}
     words = normalize_turn(_NUMBER.sub(" 0 ", turn)).split()  # masked before `normalize_turn` splits "2.5" in two
     return " ".join("<n>" if w == "0" else "<w>" if w not in _FUNCTION and w.rstrip("s") in own else w for w in words)

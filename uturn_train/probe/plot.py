@@ -3,6 +3,7 @@
 from pathlib import Path
 
 from ..io import atomic_open
+from .record import temperature_label
 
 
 def _figure():
@@ -55,7 +56,7 @@ def plot_probe_history(records: list[dict], path: str | Path, title: str = "") -
     for t in temperatures:
         points = [(r["step"], s) for r in records for s in r["settings"] if s["temperature"] == t]
         steps = [step for step, _ in points]
-        name = "greedy" if t == 0 else f"T={t:g}"
+        name = temperature_label(t)
         (line,) = ax.plot(steps, [s["followup_rate"] or 0.0 for _, s in points], marker="o",
                           label=f"follow-up rate, {name}")
         ax.fill_between(steps, [s["ci95"][0] for _, s in points], [s["ci95"][1] for _, s in points],

@@ -1,6 +1,6 @@
 """The user-turn probe: answer (self setting) or take the real answer (heldout), generate the next user turn, classify.
 
-Every turn is also tested for being a *grounded* follow-up ([`~uturn_train.probe.grounding.is_grounded`]): its
+Every turn is also tested for being a *grounded* follow-up ([`~uturn_train.probe.rules.grounding.is_grounded`]): its
 mismatched context is the query and answer of another prompt of the same probe, paired by a derangement seeded with
 `settings.seed`, so the control is the same for every model probed on the same prompts.
 
@@ -13,8 +13,8 @@ Generation runs locally ([`~uturn_train.generation.generate`]) or, given a `clie
 for good is an *error row*: `label` None, `finish_reason` "error", the reason in `error`; a prompt whose answer failed
 (`answer_error`) gets error rows for all its user turns. Error rows are counted (`errors` per temperature,
 `answer_errors`) and left out of every rate. With `settings.scorer` a fixed model must confirm each grounded turn
-([`~uturn_train.probe.scorer`]). Labels come from the rules, an LLM judge or both (`settings.labeler`,
-see [`~uturn_train.probe.labels`]).
+([`~uturn_train.probe.labelers.scorer`]). Labels come from the rules, an LLM judge or both (`settings.labeler`,
+see [`~uturn_train.probe.labelers.policy`]).
 """
 
 from dataclasses import dataclass, field
@@ -24,11 +24,11 @@ from ..distributed import map_sharded
 from ..generation import generate
 from ..tasks import gsm8k
 from ..tasks.base import Example
-from .classify import classify_turn
-from .grounding import derangement, is_grounded
-from .labels import judge_rows, judge_summary, make_judge
+from .labelers.policy import judge_rows, judge_summary, make_judge
+from .labelers.scorer import confirm_grounded, load_scorer
 from .metrics import across_temperatures, summarize_setting
-from .scorer import confirm_grounded, load_scorer
+from .rules.classify import classify_turn
+from .rules.grounding import derangement, is_grounded
 from .settings import ProbeSettings
 
 
@@ -188,10 +188,10 @@ def run_probe(model, tokenizer, examples: list[Example], settings: ProbeSettings
         state (`accelerate.PartialState`, *optional*): shard across its processes; all of them must call this.
         client ([`~uturn_train.server.CompletionsClient`], *optional*): generate through this server instead of
             locally (one process: the server does the batching).
-        judge ([`~uturn_train.probe.judge.Judge`], *optional*): the judge for `settings.labeler` `judge` or `both`;
-            made from `settings` (on the main process) when not given.
-        scorer ([`~uturn_train.probe.scorer.AnswerScorer`], *optional*): confirms the grounded turns; loaded from
-            `settings.scorer` (a folder) when not given.
+        judge ([`~uturn_train.probe.labelers.llm_judge.Judge`], *optional*): the judge for `settings.labeler`
+            `judge` or `both`; made from `settings` (on the main process) when not given.
+        scorer ([`~uturn_train.probe.labelers.scorer.AnswerScorer`], *optional*): confirms the grounded turns; loaded
+            from `settings.scorer` (a folder) when not given.
     """
     settings = settings or ProbeSettings()
     if not examples:

@@ -5,8 +5,8 @@ so the recipes take these settings as `probe_*` (the callback) and `mine_*` (min
 dataclasses from [`ProbeSettings`] instead of spelling the fields out again.
 
 The labeler fields choose who labels the user turns: the rule classifier, an LLM judge
-([`~uturn_train.probe.judge.Judge`], any OpenAI-compatible endpoint), or both side by side. Mining leaves them out
-(`JUDGE_FIELDS`): it pairs turns by the rules' labels.
+([`~uturn_train.probe.labelers.llm_judge.Judge`], any OpenAI-compatible endpoint), or both side by side. Mining leaves
+them out (`JUDGE_FIELDS`): it pairs turns by the rules' labels.
 """
 
 import dataclasses
@@ -46,9 +46,9 @@ class ProbeSettings:
         judge_concurrency (`int`, *optional*, defaults to `4`): judge requests in flight at once.
         judge_cache_dir (`str`, *optional*): the judge's verdict cache; defaults to `$UTURN_HOME/judge_cache`.
         scorer (`str`, *optional*): a fixed model (folder, `.gguf`, or `smollm2-135m-instruct`) whose likelihoods
-            must confirm that a rule-grounded turn reacts to its own answer (`probe/scorer.py`). After open-ended
-            answers the rules over-count a real model's grounded turns and the scorer under-counts them: report both
-            (README, A real model).
+            must confirm that a rule-grounded turn reacts to its own answer (`probe/labelers/scorer.py`). After
+            open-ended answers the rules over-count a real model's grounded turns and the scorer under-counts them:
+            report both (README, A real model).
     """
 
     setting: str = field(default="self", metadata={"help": "self (the model answers first) or heldout."})

@@ -119,10 +119,10 @@ def _rows(task: str, data: str | None, split: str | None = None,
             raise ValueError(f"{data_option}: data file {path} "
                              f"{'is a folder' if path.exists() else 'does not exist'}")
         name = data
-    return f"{name} ({split})", _hub_rows(name, config, split, data_option)
+    return f"{name} ({split})", hub_rows(name, config, split, data_option)
 
 
-def _hub_rows(name: str, config: str | None, split: str, data_option: str = "--data") -> Iterator[tuple[str, dict]]:
+def hub_rows(name: str, config: str | None, split: str, data_option: str = "--data") -> Iterator[tuple[str, dict]]:
     import datasets  # slow to import, and only the hub path needs it
 
     try:

@@ -233,6 +233,7 @@ def train(model, data: list, config: BuildConfig, disable_progress: bool = False
 def measure(out_dir: str | Path, limit: int = 200, samples: int = 4) -> dict:
     """The probe on the held-out problems, self setting, greedy and T=1.0: accuracy and follow-up rates."""
     from ..models import load_model, load_tokenizer
+    from ..probe.record import flat_figures
     from ..probe.runner import run_probe
     from ..probe.settings import ProbeSettings
     from ..tasks import load_task
@@ -240,9 +241,8 @@ def measure(out_dir: str | Path, limit: int = 200, samples: int = 4) -> dict:
     tokenizer, model = load_tokenizer(str(out_dir)), load_model(str(out_dir), device="cpu")
     examples = load_task("testbed", data=str(Path(out_dir) / "heldout.jsonl"), limit=limit)
     summary = run_probe(model, tokenizer, examples, ProbeSettings(temperatures=[0.0, 1.0], samples=samples)).summary
-    rates = {f"{key}_T{s['temperature']:g}": s[key] for s in summary["settings"]
-             for key in ("followup_rate", "grounded_followup_rate")}
-    return {"n_prompts": summary["n_prompts"], "accuracy": summary["accuracy"], **rates, "samples": samples,
+    return {"n_prompts": summary["n_prompts"], "accuracy": summary["accuracy"], **flat_figures(summary),
+            "samples": samples,
             "categories": {f"T{s['temperature']:g}": s["categories"] for s in summary["settings"]}}
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from ..io import read_jsonl, write_jsonl
 from .build import make_heldout
-from .turns import _ORDINAL, _cap
+from .turns import ORDINAL, capitalize
 from .world import Problem, Step
 
 COLLAB_FILE = "collab.jsonl"
@@ -67,7 +67,7 @@ def info_gap_task(problem: Problem, index: int, rng: random.Random) -> dict | No
     if gap is None:
         return None
     question, knob = gap
-    reveal = f"{_cap(problem.knobs[knob])} is {problem.numbers[knob]}."
+    reveal = f"{capitalize(problem.knobs[knob])} is {problem.numbers[knob]}."
     brief = (f"You are a user who needs help with a math problem. The whole problem is: {problem.question} "
              f"You only wrote: {question} If the assistant asks for what is missing, tell it ({reveal}) in one short "
              "sentence. Never solve the problem yourself.")
@@ -107,8 +107,8 @@ def peer_check_task(problem: Problem, index: int, rng: random.Random, wrong: boo
         oracle.update(
             # What a user may name to question the slip: a value it changed, the two numbers of the wrong step, or
             # that step by its ordinal.
-            values=[str(x.value) for x in steps[j:]], operands=[str(s.left), str(s.right)], ordinal=_ORDINAL[j],
-            fix=f"Let me redo the {_ORDINAL[j]} step: {s.expr} = {right.value}, not {s.value}. "
+            values=[str(x.value) for x in steps[j:]], operands=[str(s.left), str(s.right)], ordinal=ORDINAL[j],
+            fix=f"Let me redo the {ORDINAL[j]} step: {s.expr} = {right.value}, not {s.value}. "
                 f"I made a mistake there. The correct solution:\n{problem.solution}")
     return {"id": f"testbed-{index}-peer_check", "family": "peer_check", "gold": str(problem.answer),
             "answer_right": not wrong,

@@ -13,7 +13,7 @@ from .world import Problem, Step, draw_number, sample_problem
 
 _VERB = {"*": ("multiply", "multiplied", "multiplying", "by"), "+": ("add", "added", "adding", "to"),
          "-": ("subtract", "subtracted", "subtracting", "from"), "/": ("divide", "divided", "dividing", "by")}
-_ORDINAL = ["first", "second", "third"]
+ORDINAL = ["first", "second", "third"]
 
 
 def _operands(step: Step) -> tuple[int, int]:
@@ -26,7 +26,7 @@ def _fill(template: str, problem: Problem, step: Step) -> str:
     verb, past, ing, prep = _VERB[step.op]
     return template.format(x=x, y=y, verb=verb, past=past, ing=ing, prep=prep, v=step.value, expr=step.expr,
                            what=step.what, unit=step.unit, ans=problem.answer, units=problem.steps[-1].unit,
-                           nth=_ORDINAL[problem.steps.index(step)], name=problem.words["name"])
+                           nth=ORDINAL[problem.steps.index(step)], name=problem.words["name"])
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -101,13 +101,13 @@ _REPLY_STEP = ["Because {why}. So {expr} = {v} is {what}.", "{v} is {what}: {why
                "In that step we find {what}. {Why}, so we {verb} {x} {prep} {y}: {expr} = {v}."]
 
 
-def _cap(text: str) -> str:
+def capitalize(text: str) -> str:
     return text[:1].upper() + text[1:]
 
 
 def _explain_step(rng, problem: Problem, step: Step) -> str:
     template = rng.choice(_REPLY_STEP)
-    return _fill(template.replace("{why}", step.why).replace("{Why}", _cap(step.why)), problem, step)
+    return _fill(template.replace("{why}", step.why).replace("{Why}", capitalize(step.why)), problem, step)
 
 
 def _recheck(problem: Problem, claim: int | None) -> str:

@@ -1,0 +1,69 @@
+"""`uturn classify`: label user turns generated elsewhere (vLLM, an API), with the grounded decision.
+
+    uturn classify --input turns.jsonl --output labelled.jsonl --seed 0   # rows with query, answer, user_turn
+"""
+
+import argparse
+import logging
+from collections import Counter
+from pathlib import Path
+
+
+def classify_file(input_path: str, output_path: str, seed: int = 0, scorer: str | None = None) -> list[dict]:
+    """Label every row (`query`, `answer`, `user_turn`, optional `finish_reason`) of a jsonl file; atomic output.
+
+    Each row gains `label` and `reason`, and `grounded` and `mismatch_label` (see `probe/rules/grounding.py`), the
+    mismatched contexts drawn from the file's other rows with `seed`; both are null when the file holds one context
+    only, where grounded is undefined. `scorer`, a model folder, must confirm each grounded turn
+    (`probe/labelers/scorer.py`). Returns the labelled rows.
+    """
+    from ..io import ensure_writable_dir, read_jsonl, write_jsonl
+    from ..probe.labelers.scorer import load_scorer
+    from ..probe.rules.classify import Verdict, classify_turn
+    from ..probe.rules.grounding import ground_rows
+
+    if not Path(input_path).is_file():
+        raise ValueError(f"--input {input_path} is not a file: pass a jsonl of rows with query, answer and user_turn")
+    ensure_writable_dir(Path(output_path).parent, "--output's folder")
+    scorer = load_scorer(scorer) if scorer else None  # outside the try below: its errors must not read as "undefined"
+    rows = []
+    for row in read_jsonl(input_path, ("query", "answer", "user_turn")):
+        verdict = classify_turn(row["query"], row["answer"], row["user_turn"], row.get("finish_reason"))
+        rows.append({**row, "label": verdict.label, "reason": verdict.reason})
+    if not rows:
+        raise ValueError(f"{input_path} holds no rows")
+    try:
+        groundings = ground_rows(rows, seed, verdicts=[Verdict(r["label"], r["reason"]) for r in rows], scorer=scorer)
+    except ValueError as e:  # one context: nothing to mismatch it with, and grounded is undefined
+        logging.getLogger(__name__).warning("%s: grounded is undefined (%s)", input_path, e)
+        groundings = [None] * len(rows)
+    for row, g in zip(rows, groundings):
+        row["grounded"], row["mismatch_label"] = (g.grounded, g.mismatch_label) if g else (None, None)
+    write_jsonl(output_path, rows)
+    return rows
+
+
+def make_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="uturn classify", description="Label user turns generated elsewhere.")
+    parser.add_argument("--input", required=True, help="jsonl with query, answer, user_turn (finish_reason optional)")
+    parser.add_argument("--output", required=True,
+                        help="jsonl: the input rows plus label, reason, grounded and mismatch_label")
+    parser.add_argument("--seed", type=int, default=0, help="seed pairing each context with another row's (grounded)")
+    parser.add_argument("--scorer", help="a model that must confirm each grounded turn (smollm2-135m-instruct or a "
+                        "folder; README: A real model)")
+    return parser
+
+
+def main(argv: list[str]) -> None:
+    from ..zoo import resolve
+
+    args = make_parser().parse_args(argv)
+    resolve(args)
+    rows = classify_file(args.input, args.output, seed=args.seed, scorer=args.scorer)
+    n = len(rows)
+    print(f"{n} turns -> {args.output}")
+    for label, c in Counter(r["label"] for r in rows).most_common():
+        print(f"  {label:<16} {c:>6}  {c / n:.3f}")
+    if rows[0]["grounded"] is not None:
+        grounded = sum(r["grounded"] for r in rows)
+        print(f"  {'grounded':<16} {grounded:>6}  {grounded / n:.3f}  (grounded follow-ups, --seed {args.seed})")
