@@ -1,4 +1,5 @@
-"""The batched generation engine on tiny random Qwen3.5 models (fp32, CPU)."""
+"""The batched generation engine on tiny random Qwen3.5 models (fp32, CPU): the same turns as `model.generate`, greedy
+and sampled, with each prompt computed once and ended rows dropped."""
 
 import re
 
@@ -7,8 +8,8 @@ import torch
 from helpers import tiny
 from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
-from uturn_train.chat import user_turn_prompt
-from uturn_train.generation import generate
+from uturn_train.chat import stop_strings, user_turn_prompt
+from uturn_train.generation import PLAIN_SAMPLING, finish, generate
 
 
 def conversations(tokenizer, n: int = 7) -> list[str]:
@@ -51,6 +52,111 @@ def per_example(model, tokenizer, prompt, max_new_tokens, end_ids):
         pad_token_id=end_ids[0],
     )
     return output[0, input_ids.shape[1] :].tolist()
+
+
+def batched_generate(model, tokenizer, prompts, stops, *, max_new_tokens, temperature, k, batch_size, seed):
+    """The engine as it was: one `model.generate(num_return_sequences=k)` per length-sorted batch, seeded once."""
+    added = tokenizer.get_added_vocab()
+    end_ids = {added[s] for s in stops if s in added} | {tokenizer.pad_token_id}
+    strings = [s for s in stops if s not in added]
+    encoded = tokenizer(prompts, add_special_tokens=False)["input_ids"]
+    order = sorted(range(len(prompts)), key=lambda i: -len(encoded[i]))
+    results = [None] * len(prompts)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        for batch in [order[i : i + batch_size] for i in range(0, len(order), batch_size)]:
+            width = max(len(encoded[i]) for i in batch)
+            ids = torch.full((len(batch), width), tokenizer.pad_token_id)
+            mask = torch.zeros((len(batch), width), dtype=torch.long)
+            for row, i in enumerate(batch):
+                ids[row, width - len(encoded[i]) :], mask[row, width - len(encoded[i]) :] = torch.tensor(encoded[i]), 1
+            out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens,
+                                 do_sample=temperature > 0, num_return_sequences=k, eos_token_id=sorted(end_ids),
+                                 pad_token_id=tokenizer.pad_token_id, stop_strings=strings or None, tokenizer=tokenizer,
+                                 **({"temperature": temperature, **PLAIN_SAMPLING} if temperature else {}))
+            out = out[:, width:].tolist()
+            for row, i in enumerate(batch):
+                results[i] = [finish(tokenizer, o, end_ids, stops, len(encoded[i]))
+                              for o in out[row * k : (row + 1) * k]]
+    return results
+
+
+class Forwards:
+    """The rows and tokens of every forward pass of a model."""
+
+    def __init__(self, model):
+        self.shapes = []
+        self.hook = model.register_forward_pre_hook(self, with_kwargs=True)
+
+    def __call__(self, module, args, kwargs):
+        self.shapes.append(tuple(kwargs["input_ids"].shape))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.hook.remove()
+
+
+@pytest.fixture(scope="module")
+def attention_only(tiny_qwen_dir):
+    """A tiny Llama (attention layers only) with the Qwen3.5 tokenizer: the engine's one-prompt-at-a-time prefill."""
+    tokenizer = AutoTokenizer.from_pretrained(tiny_qwen_dir)
+    return tiny.tiny_llama_lm(tokenizer), tokenizer, conversations(tokenizer)
+
+
+@pytest.mark.parametrize("which", ["qwen", "attention_only"])
+def test_greedy_turns_are_generates_own_with_rows_ending_apart(request, which):
+    # A frequent letter as a stop string ends the rows of a batch at different steps, so ended rows leave it; greedy
+    # turns are those of `model.generate`, batched as the engine was and one prompt at a time.
+    model, tokenizer, prompts = request.getfixturevalue(which)
+    stops = [*stop_strings(tokenizer), "y"]
+    ours = generate(model, tokenizer, prompts, stop=stops, max_new_tokens=30, batch_size=3, disable_progress=True)
+    assert ours == batched_generate(model, tokenizer, prompts, stops, max_new_tokens=30, temperature=0.0, k=1,
+                                    batch_size=3, seed=0)
+    assert ours == [batched_generate(model, tokenizer, [p], stops, max_new_tokens=30, temperature=0.0, k=1,
+                                     batch_size=1, seed=0)[0] for p in prompts]
+    lengths = {g.completion_tokens for (g,) in ours}
+    assert len(lengths) >= 4 and any(g.finish_reason == "stop" for (g,) in ours), lengths
+
+
+@pytest.mark.parametrize("which", ["qwen", "attention_only"])
+def test_sampling_draws_from_the_softmax(request, which):
+    # The first token of 4,000 samples of one prompt against the model's own distribution at that position.
+    model, tokenizer, prompts = request.getfixturevalue(which)
+    with torch.inference_mode():
+        ids = tokenizer(prompts[0], add_special_tokens=False, return_tensors="pt").input_ids
+        probs = torch.softmax(model(ids).logits[0, -1].float() / 0.7, -1)
+    draws = generate(model, tokenizer, prompts[:1], max_new_tokens=1, temperature=0.7, num_samples=4000, seed=3,
+                     stop=[], disable_progress=True)[0]
+    # A draw of an end token ends the turn with no token: the other tokens' counts are binomial all the same.
+    counts = torch.bincount(torch.tensor([g.token_ids[0] for g in draws if g.token_ids]), minlength=len(probs)).float()
+    top = probs.topk(5).indices
+    expected = probs[top] * 4000
+    assert torch.all((counts[top] - expected).abs() <= 4 * expected.sqrt() + 2), (counts[top], expected)
+    rare = probs < 1e-4  # what the model barely allows is drawn as often as it allows, in total
+    expected = probs[rare].sum() * 4000
+    assert (counts[rare].sum() - expected).abs() <= 4 * expected.sqrt() + 2, (counts[rare].sum(), expected)
+
+
+def test_each_prompt_is_computed_once_and_ended_rows_stop_costing(qwen, attention_only):
+    stops = None
+    for (model, tokenizer, prompts), alone in ((qwen, False), (attention_only, True)):
+        prompts = prompts[:4]
+        stops = [*stop_strings(tokenizer), "y"]
+        with Forwards(model) as forwards:
+            out = generate(model, tokenizer, prompts, stop=stops, max_new_tokens=30, temperature=1.0,
+                           num_samples=4, batch_size=4, seed=4, disable_progress=True)
+        lengths = [len(tokenizer(p, add_special_tokens=False).input_ids) for p in prompts]
+        prefill = [(1, n) for n in sorted(lengths, reverse=True)] if alone else [(4, max(lengths))]
+        assert forwards.shapes[: len(prefill)] == prefill  # 4 prompts once, not 16 rows; alone: each unpadded
+        steps = forwards.shapes[len(prefill) :]
+        assert all(n == 1 for _, n in steps) and steps[0][0] <= 16  # then one token per row still on
+        rows = [r for r, _ in steps]
+        assert rows == sorted(rows, reverse=True) and rows[-1] <= 12  # rows leave as they end
+        longest = max(g.completion_tokens + (g.finish_reason == "stop") for gens in out for g in gens)
+        assert len(steps) == longest - 1  # every row's tokens but the first come from a decode step
+        assert sum(rows) < 16 * len(steps)
 
 
 def test_batched_greedy_equals_per_example_in_prompt_order(qwen):
@@ -101,8 +207,9 @@ def test_length_and_stop_string_cut(qwen):
         assert word not in g.text and f.text.startswith(g.text)
 
 
-def test_sampling_shapes_and_seeds(qwen):
-    model, tokenizer, prompts = qwen
+@pytest.mark.parametrize("which", ["qwen", "attention_only"])
+def test_sampling_shapes_and_seeds(request, which):
+    model, tokenizer, prompts = request.getfixturevalue(which)
     kwargs = {"max_new_tokens": 8, "temperature": 1.0, "num_samples": 3, "batch_size": 4, "disable_progress": True}
     first = generate(model, tokenizer, prompts, seed=1, **kwargs)
     assert [len(samples) for samples in first] == [3] * len(prompts)

@@ -178,6 +178,20 @@ def tiny_causal_lm(tokenizer, seed: int = 0) -> Qwen3_5ForCausalLM:
         return Qwen3_5ForCausalLM(tiny_text_config(tokenizer)).eval()
 
 
+def tiny_llama_lm(tokenizer, seed: int = 0):
+    """A seeded random-init tiny `LlamaForCausalLM` (attention layers only, as SmolLM2): the engine computes its prompts
+    one by one, which it cannot for Qwen3.5's recurrent layers."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=4096,
+                         initializer_range=0.1, tie_word_embeddings=True, eos_token_id=tokenizer.eos_token_id,
+                         pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return LlamaForCausalLM(config).eval()
+
+
 def tiny_vl_model(tokenizer, seed: int = 0) -> Qwen3_5ForConditionalGeneration:
     """The hub layout of Qwen3.5 (`Qwen3_5ForConditionalGeneration`) with a 1-block vision tower."""
     vision = {
