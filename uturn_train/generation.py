@@ -6,8 +6,8 @@ longest, concatenates the cache at every step and runs a batch until its longest
 once (alone, unpadded, for models of attention layers only) and its cache expanded k ways (`Cache.reorder_cache`,
 which covers Gated DeltaNet's states too), the cache is preallocated, and rows that have ended leave the batch.
 Transformers' continuous batching (`generate_batch`) would drop finished rows, but its paged cache has no layer type for
-linear attention (Qwen3.5), its scheduler thread makes sampling unreproducible, and on SmolLM2 on a CPU it ran 4x
-slower than `generate` (`tests/benchmarks/bench_probe.py --continuous_batching`).
+linear attention (Qwen3.5), its scheduler thread makes sampling unreproducible, and on SmolLM2 on a CPU it ran 2x
+slower than `generate`, 3x slower than this engine (`tests/benchmarks/bench_probe.py --continuous_batching`).
 
 Decoding is plain: greedy (argmax: the same tokens as an unbatched `generate`), or softmax of the logits over the
 temperature, sampled by inverse CDF with the RNG seeded by `seed` (reproducible for the same seed, prompts and
@@ -311,7 +311,9 @@ def generate(
     was_training = model.training
     model.eval()
     try:
-        with torch.random.fork_rng(devices=devices, device_type=device.type), torch.inference_mode():
+        # no_grad, not inference_mode: under ZeRO-3 a parameter first gathered here stays gathered (persistent small
+        # parameters), and an inference tensor later saved for backward fails the next training step.
+        with torch.random.fork_rng(devices=devices, device_type=device.type), torch.no_grad():
             torch.manual_seed(seed)
             batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
             for batch in tqdm(batches, desc=desc, disable=disable_progress, unit="batch"):

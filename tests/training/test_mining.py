@@ -130,7 +130,11 @@ def test_no_single_chosen_text_dominates():
     assert sum(p["chosen"] != "Why 83?" for p in kept) == 100  # the others are all distinct: all kept
 
 
-def test_no_pairs_is_a_clear_error(tiny, conversations_file):
+def test_no_pairs_is_a_clear_error(tiny, conversations_file, monkeypatch):
+    # The random tiny model writes a grounded turn on some CPUs' kernels: no turn may pair, whatever it writes.
+    import uturn_train.training.mining as mining
+
+    monkeypatch.setattr(mining, "followup_pairs", lambda *args, **kwargs: [])
     model, tokenizer = tiny
     args = _args(conversations_file, mine_reference=False, anchor_ratio=0.0, mine_limit=4)
     with pytest.raises(ValueError, match="no follow-up pair mined from 4 prompts"):
