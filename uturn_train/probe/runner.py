@@ -13,8 +13,8 @@ Generation runs locally ([`~uturn_train.generation.generate`]) or, given a `clie
 for good is an *error row*: `label` None, `finish_reason` "error", the reason in `error`; a prompt whose answer failed
 (`answer_error`) gets error rows for all its user turns. Error rows are counted (`errors` per temperature,
 `answer_errors`) and left out of every rate. With `settings.scorer` a fixed model must confirm each grounded turn
-([`~uturn_train.probe.labelers.scorer`]). Labels come from the rules, an LLM judge or both (`settings.labeler`,
-see [`~uturn_train.probe.labelers.policy`]).
+([`~uturn_train.probe.labelers.scorer`]). Labels come from the rules, the trained judge, an LLM judge or both
+(`settings.labeler`, see [`~uturn_train.probe.labelers.policy`]).
 """
 
 from dataclasses import dataclass, field
@@ -188,8 +188,10 @@ def run_probe(model, tokenizer, examples: list[Example], settings: ProbeSettings
         state (`accelerate.PartialState`, *optional*): shard across its processes; all of them must call this.
         client ([`~uturn_train.server.CompletionsClient`], *optional*): generate through this server instead of
             locally (one process: the server does the batching).
-        judge ([`~uturn_train.probe.labelers.llm_judge.Judge`], *optional*): the judge for `settings.labeler`
-            `judge` or `both`; made from `settings` (on the main process) when not given.
+        judge (*optional*): the judge for `settings.labeler`: a trained
+            [`~uturn_train.probe.labelers.judge.Judge`] for `trained`, an LLM
+            [`~uturn_train.probe.labelers.llm_judge.Judge`] for `judge` or `both`; made from `settings` (on the main
+            process) when not given.
         scorer ([`~uturn_train.probe.labelers.scorer.AnswerScorer`], *optional*): confirms the grounded turns; loaded
             from `settings.scorer` (a folder) when not given.
     """
@@ -201,7 +203,7 @@ def run_probe(model, tokenizer, examples: list[Example], settings: ProbeSettings
         raise ValueError("the server backend runs in one process (the server batches); launch it without accelerate")
     is_main = state is None or state.is_main_process
     if judge is None and is_main:
-        judge = make_judge(settings)
+        judge = make_judge(settings, None if model is None else str(model.device))
     show = not disable_progress and is_main
     sent = (client.endpoint.attempts, client.errors) if client is not None else None
     generated = map_sharded(
@@ -219,7 +221,7 @@ def run_probe(model, tokenizer, examples: list[Example], settings: ProbeSettings
         scorer = scorer or load_scorer(settings.scorer, None if model is None else str(model.device))
         scored = {"model": settings.scorer, "min_gain": scorer.min_gain, "max_nll": scorer.max_nll,
                   "turns_scored": confirm_grounded(rows, answers, scorer, state)}
-    judged = judge_rows(rows, settings, judge, state=state, disable_progress=not show)
+    judged = judge_rows(rows, settings, judge, answers=answers, state=state, disable_progress=not show)
 
     summaries = []
     for temperature in settings.temperatures:

@@ -4,8 +4,9 @@ TrlParser merges dataclasses by field name, and TRL's configs have fields of the
 so the recipes take these settings as `probe_*` (the callback) and `mine_*` (mining): [`prefixed`] derives those
 dataclasses from [`ProbeSettings`] instead of spelling the fields out again.
 
-The labeler fields choose who labels the user turns: the rule classifier, an LLM judge
-([`~uturn_train.probe.labelers.llm_judge.Judge`], any OpenAI-compatible endpoint), or both side by side. Mining leaves
+The labeler fields choose who labels the user turns: the rule classifier, the trained judge
+([`~uturn_train.probe.labelers.judge.Judge`], shipped), an LLM judge ([`~uturn_train.probe.labelers.llm_judge.Judge`],
+any OpenAI-compatible endpoint), or the rules and an LLM judge side by side. Mining leaves
 them out (`JUDGE_FIELDS`): it pairs turns by the rules' labels.
 """
 
@@ -13,7 +14,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 SETTINGS = ("self", "heldout")
-LABELERS = ("rules", "judge", "both")
+LABELERS = ("rules", "trained", "judge", "both")
 JUDGE_FIELDS = ("labeler", "judge_base_url", "judge_model", "judge_api_key_env", "judge_concurrency",
                 "judge_cache_dir")
 
@@ -36,7 +37,9 @@ class ProbeSettings:
         enable_thinking (`bool`, *optional*, defaults to `False`): render prompts with thinking on (Qwen3-style
             templates).
         labeler (`str`, *optional*, defaults to `"rules"`): who labels the user turns: `rules` (the offline
-            classifier), `judge` (an LLM judge; `label` and the rates are its, `rules_label` stays on each sample) or
+            classifier), `trained` (the trained judge `uturn-judge-v1`, offline, on a fixed SmolLM2-135M-Instruct;
+            `label`, `grounded` and the rates are its, the rules' ride along as `rules_label`...), `judge` (an LLM
+            judge; `label` and the rates are its, `rules_label` stays on each sample) or
             `both` (`label` and the rates are the rules', the judge's ride along as `judge_label`... and a nested
             `judge` summary per temperature).
         judge_base_url (`str`, *optional*): the judge's OpenAI-compatible API root, e.g. `https://api.openai.com/v1`.
@@ -59,7 +62,8 @@ class ProbeSettings:
     batch_size: int = field(default=16, metadata={"help": "Prompts per generate call."})
     seed: int = field(default=0, metadata={"help": "Sampling seed."})
     enable_thinking: bool = field(default=False, metadata={"help": "Render prompts with thinking on (Qwen3.5)."})
-    labeler: str = field(default="rules", metadata={"help": "rules, judge (an LLM judge) or both."})
+    labeler: str = field(default="rules", metadata={
+        "help": "rules, trained (the trained judge), judge (an LLM judge) or both (rules and the LLM judge)."})
     judge_base_url: str | None = field(default=None, metadata={"help": "The judge's OpenAI-compatible API root."})
     judge_model: str | None = field(default=None, metadata={"help": "The judge model's name."})
     judge_api_key_env: str = field(default="OPENAI_API_KEY",
@@ -81,9 +85,9 @@ class ProbeSettings:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.labeler not in LABELERS:
             raise ValueError(f"labeler {self.labeler!r} is not one of {LABELERS}")
-        if self.labeler != "rules" and not (self.judge_base_url and self.judge_model):
+        if self.labeler in ("judge", "both") and not (self.judge_base_url and self.judge_model):
             raise ValueError(f"labeler {self.labeler!r} needs judge_base_url and judge_model (an OpenAI-compatible "
-                             "endpoint and the model it serves); or use labeler rules")
+                             "endpoint and the model it serves); or use labeler rules or trained")
 
 
 def prefixed(prefix: str, exclude: tuple[str, ...] = (), **defaults) -> type:

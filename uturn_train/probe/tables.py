@@ -32,7 +32,8 @@ def probe_tables(result: dict) -> list:
     labeler = result.get("labeler", "rules")
     for entry in result["settings"]:
         # With both labelers, a second line per temperature holds the judge's figures.
-        for name, s in (("judge" if labeler == "judge" else "rules", entry), ("judge", entry.get("judge"))):
+        first = labeler if labeler in ("judge", "trained") else "rules"
+        for name, s in ((first, entry), ("judge", entry.get("judge"))):
             if s is None:
                 continue
             t = f"{s['temperature']:g}{'' if labeler == 'rules' else ' ' + name}"

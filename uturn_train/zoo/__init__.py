@@ -12,7 +12,8 @@ the benchmarks) call [`resolve`] on their parsed options first, which turns
   a float32 safetensors folder with a card;
 - a `.gguf` file, or a folder holding exactly one, into `$UTURN_HOME/gguf/<first 16 hex digits of its sha256>`,
   converted once, with a card. The sha256 of a converted file is kept in `$UTURN_HOME/gguf/hashes.json` under its
-  resolved path, size and times, so a later resolve of the unchanged file does not read it again.
+  resolved path, size and times, so a later resolve of the unchanged file does not read it again;
+- and, where a labeler option is `trained`, fetches the trained judge's feature model (`smollm2-135m-instruct`).
 
 ```bash
 uturn probe --model smollm2-135m-instruct --task gsm8k --data ../shared/data/gsm8k/test.jsonl --limit 48 --setting self
@@ -33,6 +34,8 @@ __all__ = ["MODEL_OPTIONS", "SMOLLM2", "FetchError", "convert_gguf", "fetch_smol
 # The options of the parsed dataclasses that name a local model. `judge_model` and `served_model` name models on a
 # server, which are never loaded here.
 MODEL_OPTIONS = ("model", "model_name_or_path", "scorer", "probe_scorer", "partner")
+# The options that may choose the trained judge, which reads with SmolLM2-135M-Instruct (`probe/labelers/judge.py`).
+LABELER_OPTIONS = ("labeler", "probe_labeler")
 
 
 def resolve(*configs) -> None:
@@ -57,3 +60,5 @@ def resolve(*configs) -> None:
                 setattr(config, name, str(ensure_stand_in()))
             elif (gguf := gguf_file(value, option)) is not None:
                 setattr(config, name, str(convert_gguf(gguf, option)))
+        if any(getattr(config, name, None) == "trained" for name in LABELER_OPTIONS):
+            fetch_smollm2("--labeler trained")  # where `judge.feature_model_dir` finds it

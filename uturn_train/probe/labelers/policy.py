@@ -1,8 +1,11 @@
-"""The probe's second labeler: an LLM judge ([`~uturn_train.probe.labelers.llm_judge.Judge`]) beside, or instead of,
-the rules.
+"""Who labels the probe's turns: the rules, the trained judge ([`~uturn_train.probe.labelers.judge.Judge`]) or an LLM
+judge ([`~uturn_train.probe.labelers.llm_judge.Judge`]) instead of them, or an LLM judge beside them.
 
 `settings.labeler` decides what the rows and the rates say:
 - `rules`: the rule classifier's `label`, `reason` and `grounded` only.
+- `trained`: `label` and `grounded` are the trained judge's (`reason` gives its probabilities), read against the same
+  mismatched context as the rules' grounded decision; the rules' ride along as `rules_label`, `rules_grounded` and
+  `rules_reason`.
 - `both`: those stay the rules'; every row also carries `judge_label`, `judge_grounded` (the judge's own grounded
   decision), `judge_reason` and `judge_error`, and each settings entry a nested `judge` summary.
 - `judge`: `label`, `reason` and `grounded` are the judge's; the rules' ride along as `rules_label`, `rules_grounded`
@@ -15,16 +18,20 @@ judge, and broadcasts the verdicts, so every rank returns (and logs) the same nu
 
 from ..metrics import summarize_setting
 from ..settings import ProbeSettings
+from .judge import Judge as TrainedJudge
+from .judge import load_judge
 from .llm_judge import RUBRIC_VERSION, Judge, JudgeError
 
 JUDGE_COLUMNS = ("judge_label", "judge_grounded", "judge_reason", "judge_error")
 RULES_COLUMNS = ("rules_label", "rules_grounded", "rules_reason")
 
 
-def make_judge(settings: ProbeSettings) -> Judge | None:
+def make_judge(settings: ProbeSettings, device: str | None = None) -> Judge | TrainedJudge | None:
     """The judge `settings` ask for (`None` for `labeler="rules"`), checked: a wrong URL, key or model fails here."""
     if settings.labeler == "rules":
         return None
+    if settings.labeler == "trained":
+        return load_judge(device=device)
     return Judge(settings.judge_base_url, settings.judge_model, api_key_env=settings.judge_api_key_env,
                  cache_dir=settings.judge_cache_dir, concurrency=settings.judge_concurrency).check()
 
@@ -49,15 +56,50 @@ def on_main_process(fn, state):
     return result
 
 
-def judge_rows(rows: list[dict], settings: ProbeSettings, judge: Judge | None, *, state=None,
-               disable_progress: bool = False) -> dict | None:
+def trained_rows(rows: list[dict], judge: TrainedJudge, answers: list[dict], state=None,
+                 disable_progress: bool = False) -> dict:
+    """`labeler="trained"`: the judge's label and grounded decision on every row with a turn, the mismatched context
+    of a row being its `mismatch_index` prompt's (no grounded decision without one, as for the rules)."""
+    import time
+
+    from tqdm.auto import tqdm
+
+    todo = [r for r in rows if r["label"] is not None]
+    items = []
+    for r in todo:
+        other = answers[r["mismatch_index"]] if r["mismatch_index"] is not None else None
+        items.append({"query": r["query"], "answer": r["answer"], "user_turn": r["user_turn"],
+                      "finish_reason": r["finish_reason"], "other_query": (other or r)["query"],
+                      "other_answer": (other or r)["answer"]})
+
+    def ask():
+        start = time.perf_counter()
+        with tqdm(total=4 * len(items), desc="trained judge", unit="turn-context", disable=disable_progress) as bar:
+            verdicts = judge.label(items, bar)
+        return verdicts, {"model": judge.name, "turns": len(items), "seconds": round(time.perf_counter() - start, 1)}
+
+    verdicts, figures = on_main_process(ask, state)
+    for row in rows:
+        row.update(dict.fromkeys(RULES_COLUMNS))
+    for row, v in zip(todo, verdicts):
+        row.update(rules_label=row["label"], rules_grounded=row["grounded"], rules_reason=row["reason"],
+                   label=v.label, reason=f"judge: p(followup) {v.p_followup:.2f}, p(grounded) {v.p_grounded:.2f}",
+                   grounded=v.grounded if row["mismatch_index"] is not None else None)
+    return figures
+
+
+def judge_rows(rows: list[dict], settings: ProbeSettings, judge: Judge | TrainedJudge | None, *, answers=None,
+               state=None, disable_progress: bool = False) -> dict | None:
     """Label `rows` (in place) with `judge` as `settings.labeler` says; returns this run's judge figures for
-    `results.json` (`model`, `rubric_version`, `requests`, `cache_hits`, `errors`), `None` for the rules alone.
+    `results.json` (an LLM judge: `model`, `rubric_version`, `requests`, `cache_hits`, `errors`; the trained judge:
+    `model`, `turns`, `seconds`), `None` for the rules alone. `answers`: the probe's, for the trained judge.
 
     `judge` is needed on the main process only; other ranks may pass `None`.
     """
     if settings.labeler == "rules":
         return None
+    if settings.labeler == "trained":
+        return trained_rows(rows, judge, answers, state, disable_progress)
     todo = [r for r in rows if r["label"] is not None]  # generation errors have no turn to judge
 
     def ask():

@@ -1,0 +1,203 @@
+"""The trained judge's parts: the likelihood features, the logistic heads, the labelled rows' loader, a fit."""
+
+import json
+
+import pytest
+import torch
+from helpers import tiny
+
+from uturn_train.chat import user_turn_prompt
+from uturn_train.probe.labelers.features import TurnLikelihoods, context_messages
+from uturn_train.probe.labelers.judge import FEATURE_NAMES, Judge, feature_names, featurize, fit_logistic
+from uturn_train.probe.labelers.judge_training import features, measure, train_judge
+from uturn_train.probe.validity.reading import load_reading, pair_contexts
+
+QUERY = "Ana buys 3 boxes of 4 pens. How many pens?"
+ANSWER = "Each box holds 4 pens, so 3 * 4 = 12 pens."
+TURNS = ["Why did you multiply 3 by 4?", "Can you explain that more simply?", "Next: 5 * 6?"]
+
+
+@pytest.fixture(scope="module", params=["llama", "qwen3.5"])
+def likelihoods(request):
+    tokenizer = tiny.qwen_tokenizer()
+    model = tiny.tiny_llama_lm(tokenizer) if request.param == "llama" else tiny.tiny_causal_lm(tokenizer)
+    return TurnLikelihoods(model, tokenizer, turn_tokens=12, context_tokens=64)
+
+
+def test_likelihoods_equal_a_plain_forward_of_context_and_turn(likelihoods):
+    # The context is computed once and its cache expanded to every turn (Gated DeltaNet's states too); each turn's NLL
+    # must be what one forward pass of context + turn gives.
+    # So must its hidden state, averaged over the turn's tokens.
+    messages = context_messages(QUERY, ANSWER)
+    got = likelihoods(messages, TURNS)
+    states = [h for _, h in likelihoods(messages, TURNS, states=True)]
+    for one, whole in zip(likelihoods(messages, TURNS, chunk=2), got):  # read in chunks: the same
+        torch.testing.assert_close(one, whole, atol=1e-5, rtol=1e-5)
+    tokenizer, model = likelihoods.tokenizer, likelihoods.model
+    context = tokenizer(user_turn_prompt(tokenizer, messages), add_special_tokens=False).input_ids[-64:]
+    for turn, nll, state in zip(TURNS, got, states):
+        ids = likelihoods.turn_ids(turn)
+        assert ids[-len(likelihoods.end_ids):] == likelihoods.end_ids and len(nll) == len(ids)
+        with torch.no_grad():
+            out = model(input_ids=torch.tensor([context + ids]), output_hidden_states=True)
+        logits = out.logits[0, len(context) - 1: -1]
+        want = -torch.log_softmax(logits.float(), -1).gather(1, torch.tensor(ids)[:, None]).squeeze(1)
+        torch.testing.assert_close(nll, want, atol=2e-4, rtol=1e-4)
+        assert state.shape == (likelihoods.state_size,)
+        torch.testing.assert_close(state, out.hidden_states[-1][0, len(context):].mean(0), atol=2e-4, rtol=1e-4)
+
+
+def _item(turn, query=QUERY, answer=ANSWER):
+    return {"query": query, "answer": answer, "user_turn": turn, "other_query": "Ben has 7 cats. He gives 2 away.",
+            "other_answer": "7 - 2 = 5 cats."}
+
+
+def test_features_do_not_depend_on_what_is_read_beside(likelihoods):
+    items = [_item(t) for t in TURNS] + [_item("How did you get 5?", "Ben has 7 cats.", "7 - 2 = 5 cats.")]
+    together = featurize(items, likelihoods)
+    alone = torch.cat([featurize([item], likelihoods) for item in items])
+    assert together.shape == (4, len(feature_names(likelihoods)))
+    torch.testing.assert_close(together, alone, atol=1e-4, rtol=1e-4)
+    # The turn that quotes this answer's operation gains more from its own answer than the generic request does.
+    gain = FEATURE_NAMES.index("gain_answer")
+    assert torch.isfinite(together).all() and together[:, gain].abs().sum() > 0
+
+
+def test_fit_logistic_learns_a_rule_and_the_penalty_shrinks_it():
+    x = torch.randn(400, 5, generator=torch.Generator().manual_seed(0))
+    y = (x[:, 2] > 0).long()
+    w, b = fit_logistic(x, y, 2, l2=1e-4)
+    assert ((x @ w.T + b).argmax(-1) == y).float().mean() > 0.97
+    assert (w[1, 2] - w[0, 2]).abs() > 5 * (w[1, :2] - w[0, :2]).abs().max()
+    strong, _ = fit_logistic(x, y, 2, l2=1.0)
+    assert strong.norm() < 0.5 * w.norm()
+
+
+def test_judge_refuses_weights_of_other_features():
+    with pytest.raises(ValueError, match=r"old: trained on features \['a'\].*uturn judge train"):
+        Judge({"name": "old", "features": ["a"]}, likelihoods=None)
+
+
+def _write(tmp_path, rows):
+    (tmp_path / "read_turns.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def _row(i, turn, label, grounded, query=QUERY, answer=ANSWER):
+    return {"row": f"t{i}", "source": "testbed", "task": "testbed", "id": f"q{i % 7}", "temperature": 1.0,
+            "query": f"{query} ({i % 7})", "answer": answer, "user_turn": turn, "label": label, "grounded": grounded}
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"label": "followups"}, r"read_turns.jsonl: row t0: label 'followups' is not one of"),
+    ({"label": "new_topic", "grounded": True}, r"row t0: grounded but labelled new_topic"),
+    ({"grounded": None}, r"row t0: no `grounded`; read the turn again"),
+    ({"user_turn": None}, r"row t0: query, answer and user_turn must be stored"),
+])
+def test_a_bad_labelled_row_is_named(tmp_path, bad, message):
+    _write(tmp_path, [{**_row(0, TURNS[0], "followup", True), **bad}])
+    with pytest.raises(ValueError, match=message):
+        load_reading(tmp_path, files=("read_turns.jsonl",), data=tmp_path)
+
+
+def _synthetic(n):
+    """Turns whose label a tiny model's features can tell: quoting the answer's numbers (grounded), a request that
+    fits any answer, a new problem."""
+    rows = []
+    for i in range(n):
+        a, b = 2 + i % 5, 3 + i % 4
+        answer = f"Each box holds {a} pens, so {b} * {a} = {a * b} pens."
+        kind = i % 3
+        turn = (f"Why did you multiply {b} by {a}?", "Can you explain that more simply?",
+                f"Next: what is {a + 4} * {b + 5}?")[kind]
+        rows.append(_row(i, turn, ("followup", "followup", "new_topic")[kind], kind == 0, answer=answer))
+        rows[-1]["id"] = rows[-1]["query"] = f"Ana buys {b} boxes of {a} pens ({i}). How many pens?"
+    return rows
+
+
+def test_train_writes_weights_that_separate_what_the_rows_separate(tmp_path, likelihoods):
+    _write(tmp_path, _synthetic(90))
+    rows = load_reading(tmp_path, files=("read_turns.jsonl",), data=tmp_path)
+    pair_contexts(rows)
+    assert {r["split"] for r in rows} == {"dev", "test"} and all(
+        (r["other_query"], r["other_answer"]) != (r["query"], r["answer"]) for r in rows)
+    cache = tmp_path / "features.jsonl"
+    weights = train_judge(rows, likelihoods, tmp_path / "judge.json", cache, "tiny")
+    saved = json.loads((tmp_path / "judge.json").read_text())
+    assert saved["trained_on"]["rows"] == sum(r["split"] == "dev" for r in rows) == weights["trained_on"]["rows"]
+    test = [r for r in rows if r["split"] == "test"]
+    x = features(test, likelihoods, cache)
+    verdicts = Judge(saved, likelihoods).predict(x)
+    figures = measure(test, [v.label for v in verdicts], [v.grounded for v in verdicts])
+    assert figures["followup"]["precision"] == figures["followup"]["recall"] == 1.0, figures
+    assert figures["grounded"]["precision"] == figures["grounded"]["recall"] == 1.0, figures
+    # The cache answers a second time: no turn is read again.
+    calls = []
+    counting = type("Counting", (), {"__call__": lambda self, *a, **k: calls.append(a) or likelihoods(*a, **k),
+                                     "state_size": likelihoods.state_size})()
+    torch.testing.assert_close(features(test, counting, cache), x)
+    assert calls == []
+
+
+@pytest.fixture(scope="module")
+def small_judge(tmp_path_factory):
+    """A judge fitted on synthetic rows over the tiny Llama's likelihoods (the shipped one needs SmolLM2)."""
+    tokenizer = tiny.qwen_tokenizer()
+    likelihoods = TurnLikelihoods(tiny.tiny_llama_lm(tokenizer), tokenizer, turn_tokens=12, context_tokens=64)
+    folder = tmp_path_factory.mktemp("small_judge")
+    _write(folder, _synthetic(60))
+    rows = load_reading(folder, files=("read_turns.jsonl",), data=folder)
+    pair_contexts(rows)
+    weights = train_judge(rows, likelihoods, folder / "judge.json", None, "tiny")
+    return Judge({**weights, "name": "small"}, likelihoods)
+
+
+def test_probe_with_the_trained_judge_keeps_the_rules_beside(small_judge, tiny_qwen_dir):
+    from uturn_train.models import load_model, load_tokenizer
+    from uturn_train.probe.runner import run_probe
+    from uturn_train.probe.settings import ProbeSettings
+    from uturn_train.tasks.base import Example
+
+    model, tokenizer = load_model(str(tiny_qwen_dir), device="cpu"), load_tokenizer(str(tiny_qwen_dir))
+    examples = [Example(id=f"e{i}", query=f"Ana buys {i + 2} boxes of 4 pens. How many pens?",
+                        answer=f"{i + 2} * 4 = {4 * i + 8} pens.") for i in range(3)]
+    settings = ProbeSettings(setting="heldout", temperatures=[0.0, 1.0], samples=2, max_new_tokens=6,
+                             labeler="trained")
+    run = run_probe(model, tokenizer, examples, settings, judge=small_judge)
+    rules = run_probe(model, tokenizer, examples, ProbeSettings(**{**settings.__dict__, "labeler": "rules"}))
+    assert [r["rules_label"] for r in run.rows] == [r["label"] for r in rules.rows]
+    assert [r["rules_grounded"] for r in run.rows] == [r["grounded"] for r in rules.rows]
+    items = [{**r, "other_query": run.answers[r["mismatch_index"]]["query"],
+              "other_answer": run.answers[r["mismatch_index"]]["answer"]} for r in run.rows]
+    verdicts = small_judge.label(items)
+    assert [r["label"] for r in run.rows] == [v.label for v in verdicts]
+    assert [r["grounded"] for r in run.rows] == [v.grounded for v in verdicts]
+    assert run.summary["labeler"] == "trained" and run.summary["judge"]["turns"] == 9
+    grounded = sum(r["grounded"] for r in run.rows if r["temperature"] == 0) / 3
+    assert run.summary["settings"][0]["grounded_followup_rate"] == pytest.approx(grounded)
+
+
+def test_classify_with_the_trained_judge(small_judge, tmp_path):
+    from uturn_train.commands.classify import classify_file
+
+    rows = [{"query": f"Ana buys {b} boxes of 4 pens. How many pens?", "answer": f"{b} * 4 = {4 * b} pens.",
+             "user_turn": turn} for b in (2, 3) for turn in (f"Why did you multiply {b} by 4?", "Next: 9 * 9?")]
+    path = tmp_path / "turns.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = classify_file(str(path), str(tmp_path / "out.jsonl"), judge=small_judge)
+    assert [r["rules_label"] for r in out] == [r["label"] for r in classify_file(str(path), str(tmp_path / "r.jsonl"))]
+    assert [r["label"] for r in out] == ["followup", "new_topic"] * 2
+    assert [r["grounded"] for r in out] == [True, False] * 2
+    # One context only: the judge labels, grounded is undefined.
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows[:2]))
+    assert [r["grounded"] for r in classify_file(str(path), str(tmp_path / "one.jsonl"), judge=small_judge)] == \
+        [None, None]
+
+
+def test_the_llm_judge_still_needs_its_endpoint_the_trained_one_none():
+    from uturn_train.probe.settings import ProbeSettings
+
+    assert ProbeSettings(labeler="trained").labeler == "trained"
+    with pytest.raises(ValueError, match="labeler 'judge' needs judge_base_url.*or use labeler rules or trained"):
+        ProbeSettings(labeler="judge")
+    with pytest.raises(ValueError, match=r"labeler 'model' is not one of \('rules', 'trained', 'judge', 'both'\)"):
+        ProbeSettings(labeler="model")

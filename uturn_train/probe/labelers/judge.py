@@ -1,0 +1,166 @@
+"""The trained judge: the label and the grounded decision of a user turn, learnt from turns labelled by reading.
+
+Words cannot carry the grounded decision after open-ended answers, and a 135M model asked zero-shot cannot either; but
+the judgment exists in the labels read by hand (`tests/data/README.md`, the rubric). The judge distils it into two
+logistic regressions over the features of `features.py` (a fixed language model's likelihoods of the turn in four
+contexts, its hidden state read in its conversation, the rules' verdicts and lexical cues): one over the seven labels,
+one for `grounded`. A turn is a grounded
+follow-up when the first says `followup` and the second's probability reaches `threshold`.
+
+```python
+judge = load_judge()                                      # the shipped one (`judge_v1.json`), its feature model
+judge.label([{"query": q, "answer": a, "user_turn": t, "other_query": q2, "other_answer": a2}])
+# -> [JudgeVerdict(label="followup", grounded=True, p_followup=0.93, p_grounded=0.81)]
+```
+
+The shipped weights, how they were trained and what they measure on the test split: `judge_v1.md`.
+"""
+
+import json
+import os
+from collections import defaultdict
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import torch
+
+from ..rules.classify import LABELS
+from .features import (
+    CONTEXTS,
+    LEXICAL_FEATURES,
+    LM_FEATURES,
+    RULE_FEATURES,
+    TurnLikelihoods,
+    lm_features,
+    rule_features,
+)
+
+NAME = "uturn-judge-v1"
+WEIGHTS = Path(__file__).with_name("judge_v1.json")
+FEATURE_NAMES = (*LM_FEATURES, *RULE_FEATURES, *LEXICAL_FEATURES)  # then the feature model's hidden state
+
+
+def feature_names(likelihoods: TurnLikelihoods) -> list[str]:
+    """The columns of `featurize`: `FEATURE_NAMES`, then `state_0` ... of the feature model's hidden size."""
+    return [*FEATURE_NAMES, *(f"state_{i}" for i in range(likelihoods.state_size))]
+
+
+@dataclass(frozen=True)
+class JudgeVerdict:
+    label: str
+    grounded: bool
+    p_followup: float
+    p_grounded: float
+
+
+def _contexts(item: dict) -> dict[str, tuple]:
+    """The four contexts a turn is read in (`features.CONTEXTS`), as (query, answer) keys; answer None: no answer."""
+    return {"own": (item["query"], item["answer"]), "other_answer": (item["query"], item["other_answer"]),
+            "other_conversation": (item["other_query"], item["other_answer"]), "none": ("", None)}
+
+
+def featurize(items: list[dict], likelihoods: TurnLikelihoods, progress=None) -> torch.Tensor:
+    """The `feature_names` of each item (`query`, `answer`, `user_turn`, `other_query`, `other_answer`, optional
+    `finish_reason`): the likelihoods are computed one context at a time, for all the turns read in it."""
+    from .features import context_messages
+
+    by_context = defaultdict(list)  # (query, answer) -> [(item index, context name)]
+    for i, item in enumerate(items):
+        for name, key in _contexts(item).items():
+            by_context[key].append((i, name))
+    nll, state = [dict() for _ in items], [None] * len(items)
+    for (query, answer), uses in by_context.items():
+        turns = [items[i]["user_turn"] for i, _ in uses]
+        for (i, name), (values, hidden) in zip(uses, likelihoods(context_messages(query, answer), turns, states=True)):
+            nll[i][name] = values
+            if name == "own":
+                state[i] = hidden.tolist()
+        if progress is not None:
+            progress.update(len(uses))
+    rows = []
+    for item, n, h in zip(items, nll, state):
+        rows.append([*lm_features(n), *rule_features(item["query"], item["answer"], item["user_turn"],
+                                                     item["other_query"], item["other_answer"],
+                                                     item.get("finish_reason")), *h])
+    return torch.tensor(rows, dtype=torch.float32)
+
+
+def fit_logistic(x: torch.Tensor, y: torch.Tensor, classes: int, l2: float, weight: torch.Tensor | None = None):
+    """Multinomial logistic regression (binary when `classes` is 2) by L-BFGS, with an L2 penalty on the weights;
+    returns (weights [classes, d], bias [classes])."""
+    w = torch.zeros((classes, x.shape[1]), requires_grad=True)
+    b = torch.zeros(classes, requires_grad=True)
+    optimizer = torch.optim.LBFGS([w, b], lr=1.0, max_iter=500, line_search_fn="strong_wolfe")
+
+    def closure():
+        optimizer.zero_grad()
+        loss = torch.nn.functional.cross_entropy(x @ w.T + b, y, weight=weight) + l2 * (w * w).sum()
+        loss.backward()
+        return loss
+
+    optimizer.step(closure)
+    return w.detach(), b.detach()
+
+
+class Judge:
+    """The trained judge (see the module docstring): `weights` as `judge_v1.json` holds them, and the feature model."""
+
+    def __init__(self, weights: dict, likelihoods: TurnLikelihoods):
+        if tuple(weights["features"][: len(FEATURE_NAMES)]) != FEATURE_NAMES:
+            raise ValueError(f"{weights.get('name')}: trained on features {weights['features'][:len(FEATURE_NAMES)]}, "
+                             f"this version reads {list(FEATURE_NAMES)}; train it again (`uturn judge train`)")
+        if likelihoods is not None and len(weights["features"]) != len(feature_names(likelihoods)):
+            raise ValueError(f"{weights.get('name')}: trained on a feature model with hidden size "
+                             f"{len(weights['features']) - len(FEATURE_NAMES)}, this one has {likelihoods.state_size}; "
+                             f"load the model the weights name ({weights.get('feature_model')})")
+        self.weights, self.likelihoods = weights, likelihoods
+        self.mean, self.std = torch.tensor(weights["mean"]), torch.tensor(weights["std"])
+        self.label_w, self.label_b = (torch.tensor(weights["label"][k]) for k in ("w", "b"))
+        self.grounded_w, self.grounded_b = (torch.tensor(weights["grounded"][k]) for k in ("w", "b"))
+        self.threshold = weights["threshold"]
+        self.name = weights["name"]
+
+    def predict(self, features: torch.Tensor) -> list[JudgeVerdict]:
+        x = (features - self.mean) / self.std
+        p_label = torch.softmax(x @ self.label_w.T + self.label_b, -1)
+        p_grounded = torch.softmax(x @ self.grounded_w.T + self.grounded_b, -1)[:, 1]
+        verdicts = []
+        for p, g in zip(p_label.tolist(), p_grounded.tolist()):
+            label = LABELS[max(range(len(LABELS)), key=p.__getitem__)]
+            verdicts.append(JudgeVerdict(label, label == "followup" and g >= self.threshold,
+                                         p[LABELS.index("followup")], g))
+        return verdicts
+
+    def label(self, items: list[dict], progress=None) -> list[JudgeVerdict]:
+        """Verdicts of `items` (see `featurize`), in order."""
+        return self.predict(featurize(items, self.likelihoods, progress)) if items else []
+
+
+def feature_model_dir(name: str) -> Path:
+    """Where the uturn commands keep the feature model the weights name: `$UTURN_HOME/<name>` (`zoo.resolve` fetches
+    `smollm2-135m-instruct` there when a labeler is `trained`)."""
+    return Path(os.environ.get("UTURN_HOME", "~/.cache/uturn")).expanduser() / name
+
+
+@lru_cache(maxsize=2)
+def load_judge(weights: str | None = None, feature_model: str | None = None, device: str | None = None) -> Judge:
+    """The judge of `weights` (a `judge_v*.json`; default the shipped one) on its feature model (`feature_model`, a
+    folder; default `feature_model_dir` of the name the weights give)."""
+    from ...models import load_model, load_tokenizer
+
+    path = Path(weights) if weights else WEIGHTS
+    if not path.is_file():
+        raise ValueError(f"judge weights {path} not found: train them with `uturn judge train`, or pass the file")
+    data = json.loads(path.read_text(encoding="utf-8"))
+    folder = Path(feature_model) if feature_model else feature_model_dir(data["feature_model"])
+    if not (folder / "config.json").is_file():
+        raise ValueError(f"{data['name']} reads with {data['feature_model']}, not found at {folder}: the uturn "
+                         f"commands fetch it when --labeler is trained (or run `uturn probe --model "
+                         f"{data['feature_model']} --limit 1` once)")
+    model, tokenizer = load_model(str(folder), dtype="float32", device=device), load_tokenizer(str(folder))
+    return Judge(data, TurnLikelihoods(model, tokenizer, **data["likelihoods"]))
+
+
+__all__ = ["CONTEXTS", "FEATURE_NAMES", "NAME", "Judge", "JudgeVerdict", "feature_model_dir", "feature_names",
+           "featurize", "fit_logistic", "load_judge"]
