@@ -67,7 +67,7 @@ def _judge_rows(rows: list[dict], judge, seed: int, defined: bool) -> None:
         verdicts = judge.label(items, progress)
     for row, v in zip(rows, verdicts):
         row.update(rules_label=row["label"], rules_grounded=row["grounded"], label=v.label,
-                   reason=f"judge: p(followup) {v.p_followup:.2f}, p(grounded) {v.p_grounded:.2f}",
+                   reason=v.reason,
                    grounded=v.grounded if defined else None)
 
 

@@ -65,7 +65,7 @@ def main(argv: list[str]) -> None:
     report = {"weights": str(weights_path), "cpu": torch.backends.cpu.get_cpu_capability(),
               "decisions": compare(dev, x_dev, test, x_test, weights),
               "readers": readers_agreement(test, verdicts, DATA / "second_reader.jsonl"),
-              "learning_curve": learning_curve(rows, likelihoods, cache, test)}
+              "learning_curve": learning_curve(dev, x_dev, test, x_test, weights["cross_validation"])}
     out = ensure_writable_dir(args.out)
     write_json(out / "judge_eval.json", report)
     text = markdown(report)

@@ -53,6 +53,10 @@ class JudgeVerdict:
     p_followup: float
     p_grounded: float
 
+    @property
+    def reason(self) -> str:
+        return f"judge: p(followup) {self.p_followup:.2f}, p(grounded) {self.p_grounded:.2f}"
+
 
 def _contexts(item: dict) -> dict[str, tuple]:
     """The four contexts a turn is read in (`features.CONTEXTS`), as (query, answer) keys; answer None: no answer."""

@@ -172,14 +172,12 @@ def train_judge(rows: list[dict], likelihoods, out: Path, cache: Path | None, fe
     return weights
 
 
-def learning_curve(rows: list[dict], likelihoods, cache: Path | None, test: list[dict], shares=(0.25, 0.5, 1.0),
-                   seed: int = 0) -> list[dict]:
-    """The test figures of judges fitted on a share of the dev conversations (the same penalties and threshold)."""
+def learning_curve(dev: list[dict], x_dev: torch.Tensor, test: list[dict], x_test: torch.Tensor, chosen: dict,
+                   shares=(0.25, 0.5, 1.0), seed: int = 0) -> list[dict]:
+    """The test figures of judges fitted on a share of the dev conversations, with the penalties and threshold
+    `chosen` for the whole of dev (the weights' `cross_validation`)."""
     import random
 
-    dev = [r for r in rows if r["split"] == "dev"]
-    x_dev, x_test = features(dev, likelihoods, cache), features(test, likelihoods, cache)
-    chosen = cross_validate(x_dev, dev)
     queries = sorted({r["query"] for r in dev})
     random.Random(seed).shuffle(queries)
     curve = []

@@ -83,7 +83,7 @@ def trained_rows(rows: list[dict], judge: TrainedJudge, answers: list[dict], sta
         row.update(dict.fromkeys(RULES_COLUMNS))
     for row, v in zip(todo, verdicts):
         row.update(rules_label=row["label"], rules_grounded=row["grounded"], rules_reason=row["reason"],
-                   label=v.label, reason=f"judge: p(followup) {v.p_followup:.2f}, p(grounded) {v.p_grounded:.2f}",
+                   label=v.label, reason=v.reason,
                    grounded=v.grounded if row["mismatch_index"] is not None else None)
     return figures
 
