@@ -1,11 +1,15 @@
 """How well the probe labels a real chat model's user turns, against labels given by reading them.
 
 ```bash
-python eval/real_model_validity.py                 # per-source table, grounded precision/recall, rates by reading
-python eval/real_model_validity.py --errors dev    # also list the dev split's mistakes (never the test split's)
+python eval/real_model_validity.py                         # the trained judge on the test split (`uturn judge eval`)
+python eval/real_model_validity.py --rules                 # the rules on SmolLM2's turns: per-source table, rates
+python eval/real_model_validity.py --rules --errors dev    # also list the dev split's mistakes (never the test's)
 ```
 
-The turns are SmolLM2-135M-Instruct's (`tests/data/smollm2_turns.jsonl`, rubric and split in `tests/data/README.md`):
+By default it prints the trained judge's table over every turn labelled by reading, test split, per source and task x
+temperature, beside the rules and two smaller fits, the second reader's agreement and the learning curve (the probe's
+default decision on real models; `uturn_train/probe/labelers/judge_v2.md`). With `--rules`: the turns are
+SmolLM2-135M-Instruct's (`tests/data/smollm2_turns.jsonl`, rubric and split in `tests/data/README.md`):
 GSM8K, MT-Bench and IFEval in the self setting, OASST in the heldout setting, greedy and T=1.0. Queries (and OASST's
 real answers) are joined by id from `../shared/data`, never stored. The grounded decision runs as the probe runs it:
 per task and temperature, each prompt's mismatched context another prompt's, paired with seed 0.
@@ -24,12 +28,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shared_data", type=Path, default=SHARED_DATA)
     parser.add_argument("--labels", type=Path, default=LABELS_FILE)
-    parser.add_argument("--errors", choices=["dev"], help="print the dev split's mistakes")
+    parser.add_argument("--rules", action="store_true", help="the rules' table on SmolLM2's turns instead")
+    parser.add_argument("--out", default="outputs/judge", help="where the judge's table is written too")
+    parser.add_argument("--errors", choices=["dev"], help="with --rules: print the dev split's mistakes")
     parser.add_argument("--scorer", help="confirm grounded turns with this scorer model (smollm2-135m-instruct or a "
                         "folder), as `uturn probe --scorer` does")
     args = parser.parse_args()
     if not (args.shared_data / "README.md").exists():
         raise SystemExit(f"real data not found at {args.shared_data}: pass --shared_data (see its README)")
+    if not args.rules:
+        from uturn_train.commands.judge import main as judge
+
+        judge(["eval", "--shared_data", str(args.shared_data), "--out", args.out])
+        return
     rows = load(args.shared_data, args.labels)
     scorer = None
     if args.scorer:

@@ -5,7 +5,8 @@ training, or the data's with `--prompt_setting heldout`) cut at the user header 
 `anchor_share` of ordinary problems that the policy answers (`uturn_train/training/rl_data.py`). Generation stops at the
 template's end of turn and at any role header. Rewards (`uturn_train/training/rewards.py`, weights in `reward_weights`): the
 probe's verdict on the user turn (+1 grounded follow-up, +0.5 one specific to its conversation but not to its answer,
-0 a follow-up that fits any answer, a new topic or thanks, -1 drift, repetition, empty or degenerate), a length guard,
+0 a follow-up that fits any answer, a new topic or thanks, -1 drift, repetition, empty or degenerate; decided by the
+rules on the testbed and by the trained judge elsewhere, `--reward_labeler`), a length guard,
 and GSM8K-style correctness on the anchors; TRL logs each as `rewards/<name>/mean`. LoRA, the user-turn probe at step
 0 and at every save, and at the end a table of the probe history and `output_dir/probe_history.png`.
 
@@ -35,6 +36,8 @@ def main(training_args, model_args, probe_args, rl_args):
     from uturn_train.distributed import gathered_if_zero3, keep_non_reentrant_checkpointing, never_replay_zero3_trace
     from uturn_train.models import load_model, load_tokenizer, lora_config
     from uturn_train.probe.history import report_probe_history
+    from uturn_train.probe.labelers.judge import load_judge
+    from uturn_train.probe.settings import labeler_for
     from uturn_train.tracking import wandb_offline_unless_logged_in
     from uturn_train.training.rewards import LengthGuard, UserTurnReward, accuracy
     from uturn_train.training.rl_data import grpo_rows, rl_examples
@@ -67,7 +70,11 @@ def main(training_args, model_args, probe_args, rl_args):
     print(f"{len(rows) - n_anchors} user-turn prompts ({rl_args.prompt_setting} answers) and {n_anchors} anchor "
           f"problems from {rl_args.prompt_source!r}")
 
-    rewards = [UserTurnReward(tokenizer, role_header_starts(tokenizer)), LengthGuard(rl_args.user_turn_budget), accuracy]
+    judge = None
+    if labeler_for(rl_args.reward_labeler, rl_args.prompt_source) == "trained":
+        judge = load_judge(device=str(training_args.device))
+    rewards = [UserTurnReward(tokenizer, role_header_starts(tokenizer), judge), LengthGuard(rl_args.user_turn_budget),
+               accuracy]
     requested = dict(training_args.gradient_checkpointing_kwargs or {})  # TRL's trainer rewrites it
     trainer = GRPOTrainer(model=model, reward_funcs=rewards, args=training_args, train_dataset=Dataset.from_list(rows),
                           processing_class=tokenizer, peft_config=lora_config(model_args))

@@ -32,7 +32,8 @@ def make_trainer(model_dir, output_dir, probe_data, *, with_probe=True, max_step
                      per_device_train_batch_size=2, learning_rate=1e-3, report_to=report_to, bf16=False,
                      use_cpu=not torch.cuda.is_available(),  # without it, 2 CPU processes do not form a group
                      seed=0, max_length=64, disable_tqdm=True)
-    probe = dict(probe_task="gsm8k", probe_data=str(probe_data), probe_limit=5, probe_temperatures=[0.0, 1.0],
+    probe = dict(probe_task="gsm8k", probe_labeler="rules",
+        probe_data=str(probe_data), probe_limit=5, probe_temperatures=[0.0, 1.0],
                  probe_samples=2, probe_max_new_tokens=8, probe_answer_max_new_tokens=12, probe_batch_size=2)
     probe.update(probe_overrides)
     lora = LoraConfig(r=4, lora_alpha=8, target_modules=LORA_TARGETS)

@@ -35,7 +35,7 @@ total = sum(p.ds_numel for p in params)
 queries = ["What is 2 + 3?", "Tom has 4 apples and buys 7 more. How many now?", "Name a colour.",
            "A train goes 60 km in 1 hour. How far in 3 hours?", "Why?"]
 examples = [Example(id=str(i), query=q) for i, q in enumerate(queries)]
-settings = ProbeSettings(temperatures=[], answer_max_new_tokens=12, batch_size=2)
+settings = ProbeSettings(labeler="rules", temperatures=[], answer_max_new_tokens=12, batch_size=2)
 result, peak = {}, {}
 
 

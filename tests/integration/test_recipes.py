@@ -37,18 +37,21 @@ def overrides(model_dir, data, out) -> list[str]:
     """The testbed configs, shrunk onto a tiny model and the `data` files."""
     convs, gsm8k = data
     return ["--model_name_or_path", str(model_dir), "--output_dir", str(out), "--probe_task", "gsm8k",
-            "--probe_data", str(gsm8k), "--probe_limit", "4", "--probe_samples", "2", "--probe_max_new_tokens", "8",
+            "--probe_labeler", "rules",
+                "--probe_data", str(gsm8k), "--probe_limit", "4", "--probe_samples", "2", "--probe_max_new_tokens", "8",
             "--probe_answer_max_new_tokens", "12", "--max_steps", "4", "--save_steps", "2", "--logging_steps", "1",
             "--per_device_train_batch_size", "2", "--report_to", "none"]
 
 
 def mining_overrides(data) -> list[str]:
-    return ["--mine_source", "conversations", "--mine_data", str(data[0]), "--mine_limit", "5", "--mine_samples", "2",
+    return ["--mine_source", "conversations", "--mine_labeler", "rules",
+        "--mine_data", str(data[0]), "--mine_limit", "5", "--mine_samples", "2",
             "--mine_max_new_tokens", "8", "--mine_answer_max_new_tokens", "12", "--anchor_ratio", "0.5"]
 
 
 def grpo_overrides(data) -> list[str]:
-    return ["--prompt_source", "conversations", "--prompt_data", str(data[0]), "--prompt_limit", "8",
+    return ["--prompt_source", "conversations", "--reward_labeler", "rules",
+        "--prompt_data", str(data[0]), "--prompt_limit", "8",
             "--anchor_share", "0.25", "--prompt_answer_max_new_tokens", "12", "--num_generations", "2",
             "--per_device_train_batch_size", "4", "--max_completion_length", "8"]
 

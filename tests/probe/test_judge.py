@@ -2,11 +2,13 @@
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 from helpers.serve import ScriptedServer
 
-from uturn_train.probe.labelers.llm_judge import RUBRIC, Judge, JudgeError, JudgeVerdict, parse_reply
+from uturn_train.probe.labelers import llm_judge
+from uturn_train.probe.labelers.llm_judge import RUBRIC, RUBRIC_VERSION, Judge, JudgeError, JudgeVerdict, parse_reply
 from uturn_train.probe.rules.classify import LABELS
 
 ITEMS = [
@@ -68,11 +70,14 @@ def test_parse_reply_is_strict():
 def test_rubric_lists_the_classifiers_labels_and_the_reply_accepts_each():
     # The judge replies with the labels its rubric lists, in the order they apply: exactly the classifier's, or the
     # judge's rates would count labels the probe does not know.
-    listed = re.findall(r"^- (\w+):", RUBRIC, re.MULTILINE)
+    listed = re.findall(r"^- \*\*(\w+)\*\*:", RUBRIC, re.MULTILINE)
     offered = re.search(r'"label": "<one of: ([^>]+)>"', RUBRIC).group(1).split(", ")
     assert sorted(listed) == sorted(offered) == sorted(LABELS), (listed, offered)
     for label in LABELS:
         assert parse_reply(json.dumps({"label": label, "grounded": label == "followup"})).label == label
+    # One definition: the judge is sent the reading rubric itself, the file the labels of tests/data follow.
+    assert (Path(llm_judge.__file__).with_name("rubric.md").read_text().strip() in RUBRIC
+            and RUBRIC_VERSION == "2")
 
 
 def test_replies_retries_errors_and_cache(tmp_path):

@@ -31,8 +31,8 @@ def tiny(tiny_qwen_dir):
 def test_self_setting_answers_then_user_turns(tiny, shared_data):
     model, tokenizer = tiny
     examples = load_task("gsm8k", str(shared_data / "gsm8k" / "test.jsonl"), limit=4)
-    settings = ProbeSettings(temperatures=[0.0, 1.0], samples=3, max_new_tokens=8, answer_max_new_tokens=12,
-                             batch_size=3)
+    settings = ProbeSettings(labeler="rules", temperatures=[0.0, 1.0], samples=3, max_new_tokens=8,
+                             answer_max_new_tokens=12, batch_size=3)
     run = run_probe(model, tokenizer, examples, settings)
     assert [s["n"] for s in run.summary["settings"]] == [4, 12]
     assert [s["samples"] for s in run.summary["settings"]] == [1, 3]
@@ -54,18 +54,19 @@ def test_self_setting_answers_then_user_turns(tiny, shared_data):
 def test_heldout_uses_the_real_answer(tiny, shared_data):
     model, tokenizer = tiny
     examples = load_task("oasst", str(shared_data / "oasst" / "en_100_tree.jsonl"), limit=3)
-    run = run_probe(model, tokenizer, examples, ProbeSettings(setting="heldout", temperatures=[0.0], max_new_tokens=6))
+    run = run_probe(model, tokenizer, examples,
+                    ProbeSettings(labeler="rules", setting="heldout", temperatures=[0.0], max_new_tokens=6))
     assert [r["answer"] for r in run.rows] == [e.answer for e in examples]
     assert run.summary["accuracy"] is None and all(r["answer_prompt"] is None for r in run.rows)
     ifeval = load_task("ifeval", str(shared_data / "ifeval" / "input_data.jsonl"), limit=2)
     with pytest.raises(ValueError, match="heldout setting needs a real assistant answer.*--setting self"):
-        run_probe(model, tokenizer, ifeval, ProbeSettings(setting="heldout"))
+        run_probe(model, tokenizer, ifeval, ProbeSettings(labeler="rules", setting="heldout"))
 
 
 def test_llama_template_model(tiny_llama_dir, shared_data):
     model, tokenizer = load(tiny_llama_dir)
     examples = load_task("mtbench", str(shared_data / "mt_bench" / "question.jsonl"), limit=2)
-    run = run_probe(model, tokenizer, examples, ProbeSettings(temperatures=[0.0], max_new_tokens=6,
+    run = run_probe(model, tokenizer, examples, ProbeSettings(labeler="rules", temperatures=[0.0], max_new_tokens=6,
                                                               answer_max_new_tokens=6))
     assert all(r["user_prompt"].endswith("<|eot_id|><|start_header_id|>user<|end_header_id|>\n\n") for r in run.rows)
 
@@ -80,7 +81,8 @@ def test_vl_checkpoint_loads_as_text_only_causal_lm(tiny_vl_dir):
 
 def test_cli_probe_writes_results_samples_and_plot(tiny_qwen_dir, shared_data, tmp_path, capsys):
     out = tmp_path / "probe"
-    cli(["probe", "--model", str(tiny_qwen_dir), "--task", "gsm8k", "--data", str(shared_data / "gsm8k" / "test.jsonl"),
+    cli(["probe", "--model", str(tiny_qwen_dir), "--labeler", "rules",
+        "--task", "gsm8k", "--data", str(shared_data / "gsm8k" / "test.jsonl"),
          "--temperatures", "0", "0.7", "1.0", "--out", str(out), *SMALL])
     results = json.loads((out / "results.json").read_text())
     assert {"model", "task", "setting", "n_prompts", "accuracy", "accuracy_strict", "accuracy_flexible",
@@ -134,7 +136,8 @@ def test_cli_bad_input_is_one_clear_error_and_no_output(case, tiny_qwen_dir, tmp
         (model / "tokenizer_config.json").write_text(json.dumps(cfg))
         model, expected = str(model), "has no chat template"
     with pytest.raises(SystemExit) as exit_info:
-        cli(["probe", "--model", model, "--task", args["task"], "--data", str(data), "--out", str(out), *SMALL])
+        cli(["probe", "--model", model, "--labeler", "rules",
+            "--task", args["task"], "--data", str(data), "--out", str(out), *SMALL])
     assert exit_info.value.code == 2
     assert expected in capsys.readouterr().err
     assert not (out / "results.json").exists() and not (out / "samples.jsonl").exists()
@@ -160,7 +163,8 @@ def test_cli_classify_roundtrip_and_bad_row(tmp_path, capsys):
 def test_eval_probe_sharded_over_two_processes_equals_one(tiny_qwen_dir, shared_data, tmp_path):
     data = str(shared_data / "gsm8k" / "test.jsonl")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    common = ["eval/probe.py", "--model", str(tiny_qwen_dir), "--task", "gsm8k", "--data", data, "--limit", "5",
+    common = ["eval/probe.py", "--model", str(tiny_qwen_dir), "--labeler", "rules",
+        "--task", "gsm8k", "--data", data, "--limit", "5",
               "--temperatures", "0", "--max_new_tokens", "8", "--answer_max_new_tokens", "12", "--batch_size", "2"]
     launch = [sys.executable, "-m", "accelerate.commands.launch"]
     for name, flags in [("one", ["--cpu", "--num_processes", "1"]), ("two", ["--multi_gpu", "--num_processes", "2"])]:
@@ -180,7 +184,8 @@ def test_prompts_sharing_a_context_are_never_their_own_mismatch(tiny, shared_dat
     contexts = [(ex.query, ex.answer) for ex in examples]
     assert len(set(contexts)) < len(contexts), "the data must hold prompts that share a context"
     shared = [ex for ex in examples if contexts.count((ex.query, ex.answer)) > 1][:4] + list(examples[:4])
-    run = run_probe(model, tokenizer, shared, ProbeSettings(setting="heldout", temperatures=[0.0], max_new_tokens=4))
+    run = run_probe(model, tokenizer, shared,
+                    ProbeSettings(labeler="rules", setting="heldout", temperatures=[0.0], max_new_tokens=4))
     for r in run.rows:
         mismatch = run.answers[r["mismatch_index"]]
         assert (mismatch["query"], mismatch["answer"]) != (r["query"], r["answer"])

@@ -54,7 +54,8 @@ def tiny_server(tiny_qwen_dir, tmp_path_factory):
 
 
 def test_server_backend_gives_the_local_backends_results(tiny_qwen_dir, tiny_server, tmp_path):
-    common = ["probe", "--model", str(tiny_qwen_dir), "--task", "gsm8k", "--data", str(FIXTURE), "--limit", "4",
+    common = ["probe", "--model", str(tiny_qwen_dir), "--labeler", "rules",
+        "--task", "gsm8k", "--data", str(FIXTURE), "--limit", "4",
               "--temperatures", "0", "1.0", "--samples", "2", "--max_new_tokens", "24", "--answer_max_new_tokens",
               "24", "--batch_size", "4"]
     cli([*common, "--out", str(tmp_path / "hf")])
@@ -73,7 +74,7 @@ def test_server_backend_gives_the_local_backends_results(tiny_qwen_dir, tiny_ser
 
 
 def test_bad_backend_options_fail_before_the_run(tiny_qwen_dir, tmp_path, capsys):
-    base = ["probe", "--model", str(tiny_qwen_dir), "--task", "gsm8k", "--data", str(FIXTURE),
+    base = ["probe", "--model", str(tiny_qwen_dir), "--labeler", "rules", "--task", "gsm8k", "--data", str(FIXTURE),
             "--out", str(tmp_path / "out")]
     for extra, expected in [
         (["--backend", "server"], "--backend server needs --base_url"),
@@ -185,7 +186,8 @@ def test_server_key_comes_from_the_environment_and_is_never_written(tiny_qwen_di
         return script(path, body)
 
     with ScriptedServer(guarded) as fake:
-        cli(["probe", "--model", str(tiny_qwen_dir), "--task", "gsm8k", "--data", str(FIXTURE), "--limit", "2",
+        cli(["probe", "--model", str(tiny_qwen_dir), "--labeler", "rules",
+            "--task", "gsm8k", "--data", str(FIXTURE), "--limit", "2",
              "--temperatures", "0", "--backend", "server", "--base_url", fake.base_url, "--served_model", "served",
              "--server_api_key_env", "MY_SERVER_KEY", "--out", str(tmp_path / "out")])
     results, rows = read_out(tmp_path / "out")
@@ -208,7 +210,8 @@ def test_labeler_both_writes_both_labels_and_a_rerun_asks_nothing(tiny_qwen_dir,
         return 200, {"choices": [{"message": {"role": "assistant", "content": content}}]}
 
     with ScriptedServer(judge) as fake:
-        args = ["probe", "--model", str(tiny_qwen_dir), "--task", "gsm8k", "--data", str(FIXTURE), "--limit", "4",
+        args = ["probe", "--model", str(tiny_qwen_dir), "--labeler", "rules",
+            "--task", "gsm8k", "--data", str(FIXTURE), "--limit", "4",
                 "--temperatures", "0", "1.0", "--samples", "2", "--max_new_tokens", "12", "--answer_max_new_tokens",
                 "12", "--labeler", "both", "--judge_base_url", fake.base_url, "--judge_model", "judge-model",
                 "--judge_cache_dir", str(tmp_path / "cache")]

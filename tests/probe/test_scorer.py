@@ -57,7 +57,7 @@ def test_the_thresholds_decide(tiny):
 def test_the_probe_only_ungrounds_and_says_why(tiny, shared_data):
     model, tokenizer = tiny
     examples = load_task("gsm8k", str(shared_data / "gsm8k" / "test.jsonl"))[:6]
-    settings = ProbeSettings(temperatures=[1.0], samples=3, max_new_tokens=8, answer_max_new_tokens=12)
+    settings = ProbeSettings(labeler="rules", temperatures=[1.0], samples=3, max_new_tokens=8, answer_max_new_tokens=12)
     rules = run_probe(model, tokenizer, examples, settings, disable_progress=True)
     lenient = AnswerScorer(model, tokenizer, min_gain=-math.inf, max_nll=math.inf)
     same = run_probe(model, tokenizer, examples, settings, disable_progress=True, scorer=lenient)

@@ -27,7 +27,7 @@ def likelihoods(request):
 def test_likelihoods_equal_a_plain_forward_of_context_and_turn(likelihoods):
     # The context is computed once and its cache expanded to every turn (Gated DeltaNet's states too); each turn's NLL
     # must be what one forward pass of context + turn gives.
-    # So must its hidden state, averaged over the turn's tokens.
+    # So must its hidden state at the chosen layer, averaged over the turn's tokens.
     messages = context_messages(QUERY, ANSWER)
     got = likelihoods(messages, TURNS)
     states = [h for _, h in likelihoods(messages, TURNS, states=True)]
@@ -44,7 +44,11 @@ def test_likelihoods_equal_a_plain_forward_of_context_and_turn(likelihoods):
         want = -torch.log_softmax(logits.float(), -1).gather(1, torch.tensor(ids)[:, None]).squeeze(1)
         torch.testing.assert_close(nll, want, atol=2e-4, rtol=1e-4)
         assert state.shape == (likelihoods.state_size,)
-        torch.testing.assert_close(state, out.hidden_states[-1][0, len(context):].mean(0), atol=2e-4, rtol=1e-4)
+        layer = model.config.get_text_config().num_hidden_layers // 2 + 1
+        assert likelihoods.state_layer == layer
+        torch.testing.assert_close(state, out.hidden_states[layer][0, len(context):].mean(0), atol=2e-4, rtol=1e-4)
+    with pytest.raises(ValueError, match=r"state_layer 99: the model has layers 0 \(embeddings\) to"):
+        TurnLikelihoods(model, tokenizer, state_layer=99)
 
 
 def _item(turn, query=QUERY, answer=ANSWER):
@@ -127,13 +131,18 @@ def test_train_writes_weights_that_separate_what_the_rows_separate(tmp_path, lik
     test = [r for r in rows if r["split"] == "test"]
     x = features(test, likelihoods, cache)
     verdicts = Judge(saved, likelihoods).predict(x)
+    assert saved["likelihoods"]["state_layer"] == likelihoods.state_layer
+    other_layer = TurnLikelihoods(likelihoods.model, likelihoods.tokenizer, state_layer=0)
+    with pytest.raises(ValueError, match=r"trained on a feature model's states state\d+_0\.\.state\d+_\d+, this one "
+                                         r"reads state0_0"):
+        Judge(saved, other_layer)
     figures = measure(test, [v.label for v in verdicts], [v.grounded for v in verdicts])
     assert figures["followup"]["precision"] == figures["followup"]["recall"] == 1.0, figures
     assert figures["grounded"]["precision"] == figures["grounded"]["recall"] == 1.0, figures
     # The cache answers a second time: no turn is read again.
     calls = []
     counting = type("Counting", (), {"__call__": lambda self, *a, **k: calls.append(a) or likelihoods(*a, **k),
-                                     "state_size": likelihoods.state_size})()
+                                     "state_size": likelihoods.state_size, "state_layer": likelihoods.state_layer})()
     torch.testing.assert_close(features(test, counting, cache), x)
     assert calls == []
 
@@ -199,5 +208,91 @@ def test_the_llm_judge_still_needs_its_endpoint_the_trained_one_none():
     assert ProbeSettings(labeler="trained").labeler == "trained"
     with pytest.raises(ValueError, match="labeler 'judge' needs judge_base_url.*or use labeler rules or trained"):
         ProbeSettings(labeler="judge")
-    with pytest.raises(ValueError, match=r"labeler 'model' is not one of \('rules', 'trained', 'judge', 'both'\)"):
+    with pytest.raises(ValueError, match=r"labeler 'model' is not one of \('auto', 'rules', 'trained', 'judge'"):
         ProbeSettings(labeler="model")
+
+
+def test_auto_is_the_rules_on_the_testbed_and_the_judge_elsewhere(tiny_qwen_dir):
+    from uturn_train import ProbeArguments
+    from uturn_train.commands.probe import ProbeScriptArguments
+    from uturn_train.models import load_model, load_tokenizer
+    from uturn_train.probe.runner import run_probe
+    from uturn_train.probe.settings import ProbeSettings, resolve_labelers
+    from uturn_train.tasks.base import Example
+    from uturn_train.training.mining import MiningArguments
+    from uturn_train.training.rl_data import RLArguments
+
+    for task, want in (("testbed", "rules"), ("gsm8k", "trained"), ("oasst", "trained")):
+        script, settings = ProbeScriptArguments(task=task), ProbeSettings()
+        probe = ProbeArguments(probe_task=task, probe_data="x.jsonl" if task == "testbed" else None)
+        mine = MiningArguments(mine_source=task, mine_data="x.jsonl")
+        rl = RLArguments(prompt_source=task, prompt_data="x.jsonl")
+        resolve_labelers(script, settings, probe, mine, rl)
+        assert (settings.labeler, probe.probe_labeler, mine.mine_labeler, rl.reward_labeler) == (want,) * 4
+        assert ProbeSettings().for_task(task).labeler == want
+    chosen = ProbeSettings(labeler="rules")
+    resolve_labelers(ProbeScriptArguments(task="oasst"), chosen)
+    assert chosen.labeler == "rules" and ProbeSettings(labeler="trained").for_task("testbed").labeler == "trained"
+    with pytest.raises(ValueError, match=r"mine_labeler 'judge' is not one of \('auto', 'rules', 'trained'\)"):
+        MiningArguments(mine_source="gsm8k", mine_data="x.jsonl", mine_labeler="judge")
+    with pytest.raises(ValueError, match=r"reward_labeler 'both' is not one of"):
+        RLArguments(prompt_source="gsm8k", prompt_data="x.jsonl", reward_labeler="both")
+    # Unresolved, the probe refuses before generating anything, and says how to choose.
+    model, tokenizer = load_model(str(tiny_qwen_dir), device="cpu"), load_tokenizer(str(tiny_qwen_dir))
+    with pytest.raises(ValueError, match=r"labeler 'auto' is chosen by the task: probe with `settings.for_task"):
+        run_probe(model, tokenizer, [Example("e", "2 + 2?", "4")], ProbeSettings(setting="heldout"))
+
+
+def test_the_grpo_reward_and_mining_follow_the_judge(small_judge):
+    from uturn_train.chat import role_header_starts
+    from uturn_train.tasks.base import Example
+    from uturn_train.training.mining import followup_pairs
+    from uturn_train.training.rewards import LABEL_REWARD, UserTurnReward
+
+    tokenizer = small_judge.likelihoods.tokenizer
+    rows = _synthetic(6)
+    other = ("Ben has 7 cats. He gives 2 away.", "7 - 2 = 5 cats.")
+    turns = [r["user_turn"] for r in rows] + ["7"]
+    kind = ["user_turn"] * 6 + ["anchor"]
+    query, answer = [r["query"] for r in rows] + ["q"], [r["answer"] for r in rows] + ["a"]
+    reward = UserTurnReward(tokenizer, role_header_starts(tokenizer), small_judge)
+    got = reward(turns, [tokenizer(t).input_ids for t in turns], kind, query, answer, [[other]] * 7)
+    verdicts = small_judge.label([{"query": q, "answer": a, "user_turn": t, "other_query": other[0],
+                                   "other_answer": other[1]} for q, a, t in zip(query, answer, turns[:6])])
+    assert got[:6] == [1.0 if v.grounded else LABEL_REWARD[v.label] for v in verdicts] and got[6] is None
+    assert got[:3] == [1.0, 0.0, 0.0]  # grounded; fits any answer; a new problem (as the synthetic rows are read)
+    # Mining: with `judged`, the judge's grounded decision chooses; the rules' does not enter.
+    ex = Example("e", QUERY, ANSWER)
+    probe_rows = [{"user_turn": t, "label": "followup", "grounded": g, "temperature": 0.0 if i == 0 else 1.0,
+                   "user_prompt": "p"} for i, (t, g) in enumerate([(TURNS[1], True), (TURNS[0], False)])]
+    pairs = followup_pairs(ex, ANSWER, probe_rows, [other], use_reference=False, judged=True)
+    assert [(p["chosen"], p["rejected"], p["rejected_label"]) for p in pairs] == \
+        [(TURNS[1], TURNS[0], "ungrounded_followup")]
+    assert followup_pairs(ex, ANSWER, probe_rows, [other], use_reference=False) == []  # the rules ground neither
+
+
+def test_validate_decides_with_the_judge(small_judge, tiny_qwen_dir):
+    from uturn_train.models import load_model, load_tokenizer
+    from uturn_train.probe.rules.grounding import derangement
+    from uturn_train.probe.validity.perturbations import GENERIC_QUESTIONS, ValidateSettings, validate
+    from uturn_train.tasks.base import Example
+
+    model, tokenizer = load_model(str(tiny_qwen_dir), device="cpu"), load_tokenizer(str(tiny_qwen_dir))
+    rows = [r for r in _synthetic(12) if r["label"] == "followup"][:4]
+    examples = [Example(f"e{i}", r["query"], r["answer"], reference_followup=r["user_turn"])
+                for i, r in enumerate(rows)]
+    settings = ValidateSettings(samples=2, max_new_tokens=6).settings()
+    report, generated = validate(model, tokenizer, examples, settings, judge=small_judge, disable_progress=True)
+    assert report["labeler"] == "trained"
+    assert all("rules_label" in r for r in generated)  # the probe's turns were labelled by the judge
+    # The generic questions are decided by the judge, each context against its derangement partner.
+    other = derangement(4, settings.seed)
+    items = [{"query": ex.query, "answer": ex.answer, "user_turn": q, "other_query": examples[other[i]].query,
+              "other_answer": examples[other[i]].answer} for i, ex in enumerate(examples) for q in GENERIC_QUESTIONS]
+    generic = next(c for c in report["checks"] if c["name"] == "generic questions")
+    assert generic["n"] == len(items)
+    assert generic["rate"] == pytest.approx(sum(v.grounded for v in small_judge.label(items)) / len(items))
+    real = report["data_turns"]["real"]["grounded"]
+    assert real["n"] == 4 and real["rate"] == sum(v.grounded for v in small_judge.label([
+        {**items[i * len(GENERIC_QUESTIONS)], "user_turn": ex.reference_followup}
+        for i, ex in enumerate(examples)])) / 4

@@ -33,7 +33,7 @@ def tiny(tiny_qwen_dir):
 
 
 def _args(data, **overrides):
-    kwargs = dict(mine_source="conversations", mine_data=str(data), mine_limit=12, mine_samples=3,
+    kwargs = dict(mine_source="conversations", mine_labeler="rules", mine_data=str(data), mine_limit=12, mine_samples=3,
                   mine_max_new_tokens=12, mine_answer_max_new_tokens=16, anchor_ratio=0.5)
     return MiningArguments(**{**kwargs, **overrides})
 

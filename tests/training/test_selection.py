@@ -107,7 +107,7 @@ def test_bad_rules_fail_clearly(metric, drop, graded, error):
 
 def test_callback_checks_the_rule_before_training(tiny_qwen_dir, tmp_path):
     trainer = make_trainer(tiny_qwen_dir, tmp_path / "run", GSM8K, with_probe=False)
-    probe = {"probe_task": "gsm8k", "probe_data": str(GSM8K), "probe_limit": 2}
+    probe = {"probe_task": "gsm8k", "probe_labeler": "rules", "probe_data": str(GSM8K), "probe_limit": 2}
     with pytest.raises(ValueError, match="--select_metric distinct_templates_T3"):
         UserTurnProbeCallback(ProbeArguments(**probe, select_metric="distinct_templates_T3"), trainer.processing_class)
     with pytest.raises(ValueError, match="keep --probe_on_save"):

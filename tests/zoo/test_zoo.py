@@ -210,7 +210,7 @@ def test_smollm2_probed_end_to_end(shared_data, tmp_path):
     assert "Q4_1" in card["quantization"] and (path / "CARD.md").exists()
 
     out = tmp_path / "probe"
-    probe = ["probe", "--model", "smollm2-135m-instruct", "--task", "gsm8k", "--data",
+    probe = ["probe", "--model", "smollm2-135m-instruct", "--labeler", "rules", "--task", "gsm8k", "--data",
              str(shared_data / "gsm8k" / "test.jsonl"), "--limit", "3", "--setting", "self",
              "--temperatures", "0", "1.0", "--samples", "2", "--max_new_tokens", "24", "--answer_max_new_tokens", "48",
              "--scorer", "smollm2-135m-instruct", "--out", str(out)]

@@ -92,6 +92,7 @@ def run_probe_job(args: ProbeScriptArguments, settings: ProbeSettings, state=Non
     from ..tasks import load_task
 
     is_main = state is None or state.is_main_process
+    settings = settings.for_task(args.task)  # labeler auto: the rules on the testbed, the trained judge elsewhere
     examples = load_task(args.task, data=args.data, limit=args.limit, skip_bad=args.skip_bad_rows)
     check_setting(settings.setting, examples, task=args.task)
     out = ensure_writable_dir(args.out) if is_main else Path(args.out)

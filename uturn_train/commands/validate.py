@@ -2,6 +2,11 @@
 difference, a stated prediction and pass/fail (exit code 1 on a failure; [`~uturn_train.probe.validity.perturbations`]).
 
     uturn validate --model testbed --task testbed --out validate_testbed
+    uturn validate --model smollm2-135m-instruct --task oasst --data ../shared/data/oasst/en_100_tree.jsonl --limit 24
+
+The decisions are the rules' on the testbed and the trained judge's on other tasks (`--labeler auto`); the judge reads
+every turn with SmolLM2-135M-Instruct, about 0.85 s a turn on a 2-core CPU (the checks without generation read the
+task's every context: 32 generic questions each, and its real next turns four times).
 """
 
 import logging
@@ -9,7 +14,7 @@ import sys
 from dataclasses import asdict, dataclass, field, replace
 
 from ..io import atomic_open, ensure_writable_dir, write_json, write_jsonl
-from ..probe.settings import ProbeSettings
+from ..probe.settings import OFFLINE_LABELERS, ProbeSettings, labeler_for
 from ..probe.validity.perturbations import ValidateSettings, load_contexts, markdown, validate
 
 logger = logging.getLogger(__name__)
@@ -28,6 +33,8 @@ class ValidateScriptArguments:
         limit (`int`, *optional*): generate for the first N prompts only; the checks without generation use all.
         dtype (`str`, *optional*, defaults to `"auto"`): bf16 on GPU, fp32 on CPU.
         out (`str`, *optional*, defaults to `"uturn_validate"`): output folder.
+        labeler (`str`, *optional*, defaults to `"auto"`): who decides labels and grounded: `rules`, `trained` (the
+            trained judge) or `auto` (the rules on the testbed, the judge on other tasks).
     """
 
     model: str = field(default="testbed", metadata={"help": "Hub id or local path; `testbed` = the tiny built-in one."})
@@ -36,6 +43,13 @@ class ValidateScriptArguments:
     limit: int | None = field(default=None, metadata={"help": "Generate for the first N prompts only."})
     dtype: str = field(default="auto", metadata={"help": "auto (bf16 on GPU, fp32 on CPU), bfloat16, float32..."})
     out: str = field(default="uturn_validate", metadata={"help": "Output directory."})
+    labeler: str = field(default="auto", metadata={
+        "help": "auto (rules on the testbed, the trained judge elsewhere), rules or trained."})
+
+    def __post_init__(self):
+        if self.labeler not in OFFLINE_LABELERS:
+            raise ValueError(f"labeler {self.labeler!r} is not one of {OFFLINE_LABELERS} (the suite decides "
+                             "thousands of turns offline)")
 
 
 def print_table(report: dict) -> None:
@@ -66,7 +80,12 @@ def run_validate_job(args: ValidateScriptArguments, settings: ProbeSettings) -> 
     out = ensure_writable_dir(args.out)
     tokenizer = load_tokenizer(args.model)
     model = load_model(args.model, dtype=args.dtype, device="cuda" if torch.cuda.is_available() else "cpu")
-    report, rows = validate(model, tokenizer, examples, settings, limit=args.limit)
+    judge = None
+    if labeler_for(args.labeler, args.task) == "trained":
+        from ..probe.labelers.judge import load_judge
+
+        judge = load_judge(device=str(model.device))
+    report, rows = validate(model, tokenizer, examples, settings, limit=args.limit, judge=judge)
     report = {"model": args.model, "task": args.task, **report,
               "config": {"data": args.data, "limit": args.limit, **asdict(replace(settings, setting="heldout"))}}
     write_jsonl(out / "samples.jsonl", rows)

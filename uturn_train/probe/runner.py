@@ -184,7 +184,8 @@ def run_probe(model, tokenizer, examples: list[Example], settings: ProbeSettings
 
     Args:
         model: the model to probe; unused (may be `None`) with `client`.
-        settings ([`ProbeSettings`], *optional*): what to generate and how; defaults to `ProbeSettings()`.
+        settings ([`ProbeSettings`], *optional*): what to generate and how, its labeler resolved
+            (`settings.for_task(task)`, not `auto`); defaults to `ProbeSettings(labeler="rules")`.
         state (`accelerate.PartialState`, *optional*): shard across its processes; all of them must call this.
         client ([`~uturn_train.server.CompletionsClient`], *optional*): generate through this server instead of
             locally (one process: the server does the batching).
@@ -195,7 +196,9 @@ def run_probe(model, tokenizer, examples: list[Example], settings: ProbeSettings
         scorer ([`~uturn_train.probe.labelers.scorer.AnswerScorer`], *optional*): confirms the grounded turns; loaded
             from `settings.scorer` (a folder) when not given.
     """
-    settings = settings or ProbeSettings()
+    settings = settings or ProbeSettings(labeler="rules")
+    if settings.labeler == "auto":  # every rank, before any generation
+        make_judge(settings)  # raises: says how to choose
     if not examples:
         raise ValueError("no prompts to probe")
     check_setting(settings.setting, examples)

@@ -6,15 +6,20 @@ dataclasses from [`ProbeSettings`] instead of spelling the fields out again.
 
 The labeler fields choose who labels the user turns: the rule classifier, the trained judge
 ([`~uturn_train.probe.labelers.judge.Judge`], shipped), an LLM judge ([`~uturn_train.probe.labelers.llm_judge.Judge`],
-any OpenAI-compatible endpoint), or the rules and an LLM judge side by side. Mining leaves
-them out (`JUDGE_FIELDS`): it pairs turns by the rules' labels.
+any OpenAI-compatible endpoint), or the rules and an LLM judge side by side. The default, `auto`, is the rules on the
+testbed, where they agree with reading on its own labelled turns, and the trained judge on every other task
+([`labeler_for`]; the entry points resolve it, `zoo.resolve`). Mining and the GRPO reward take `rules` or `trained`
+only (`mine_labeler`, `reward_labeler`): an LLM judge asked for every sampled turn of a training run is not offline.
 """
 
 import dataclasses
 from dataclasses import dataclass, field
 
 SETTINGS = ("self", "heldout")
-LABELERS = ("rules", "trained", "judge", "both")
+LABELERS = ("auto", "rules", "trained", "judge", "both")
+OFFLINE_LABELERS = ("auto", "rules", "trained")  # mining and the GRPO reward
+LABELER_OPTIONS = ("labeler", "probe_labeler", "mine_labeler", "reward_labeler")
+TASK_OPTIONS = ("task", "probe_task", "mine_source", "prompt_source")  # the task a labeler `auto` is chosen by
 JUDGE_FIELDS = ("labeler", "judge_base_url", "judge_model", "judge_api_key_env", "judge_concurrency",
                 "judge_cache_dir")
 
@@ -36,12 +41,12 @@ class ProbeSettings:
             decision.
         enable_thinking (`bool`, *optional*, defaults to `False`): render prompts with thinking on (Qwen3-style
             templates).
-        labeler (`str`, *optional*, defaults to `"rules"`): who labels the user turns: `rules` (the offline
-            classifier), `trained` (the trained judge `uturn-judge-v1`, offline, on a fixed SmolLM2-135M-Instruct;
-            `label`, `grounded` and the rates are its, the rules' ride along as `rules_label`...), `judge` (an LLM
-            judge; `label` and the rates are its, `rules_label` stays on each sample) or
-            `both` (`label` and the rates are the rules', the judge's ride along as `judge_label`... and a nested
-            `judge` summary per temperature).
+        labeler (`str`, *optional*, defaults to `"auto"`): who labels the user turns: `auto` (`rules` on the testbed,
+            `trained` on every other task: [`labeler_for`]), `rules` (the offline classifier), `trained` (the trained
+            judge `uturn-judge-v2`, offline, on a fixed SmolLM2-135M-Instruct; `label`, `grounded` and the rates are
+            its, the rules' ride along as `rules_label`...), `judge` (an LLM judge; `label` and the rates are its,
+            `rules_label` stays on each sample) or `both` (`label` and the rates are the rules', the judge's ride
+            along as `judge_label`... and a nested `judge` summary per temperature).
         judge_base_url (`str`, *optional*): the judge's OpenAI-compatible API root, e.g. `https://api.openai.com/v1`.
         judge_model (`str`, *optional*): the judge model's name, as the endpoint lists it.
         judge_api_key_env (`str`, *optional*, defaults to `"OPENAI_API_KEY"`): the environment variable that holds
@@ -62,8 +67,9 @@ class ProbeSettings:
     batch_size: int = field(default=16, metadata={"help": "Prompts per generate call."})
     seed: int = field(default=0, metadata={"help": "Sampling seed."})
     enable_thinking: bool = field(default=False, metadata={"help": "Render prompts with thinking on (Qwen3.5)."})
-    labeler: str = field(default="rules", metadata={
-        "help": "rules, trained (the trained judge), judge (an LLM judge) or both (rules and the LLM judge)."})
+    labeler: str = field(default="auto", metadata={
+        "help": "auto (rules on the testbed, trained elsewhere), rules, trained (the trained judge), judge (an LLM "
+                "judge) or both (rules and the LLM judge)."})
     judge_base_url: str | None = field(default=None, metadata={"help": "The judge's OpenAI-compatible API root."})
     judge_model: str | None = field(default=None, metadata={"help": "The judge model's name."})
     judge_api_key_env: str = field(default="OPENAI_API_KEY",
@@ -88,6 +94,32 @@ class ProbeSettings:
         if self.labeler in ("judge", "both") and not (self.judge_base_url and self.judge_model):
             raise ValueError(f"labeler {self.labeler!r} needs judge_base_url and judge_model (an OpenAI-compatible "
                              "endpoint and the model it serves); or use labeler rules or trained")
+
+    def for_task(self, task: str | None) -> "ProbeSettings":
+        """These settings with a labeler `auto` chosen for `task` ([`labeler_for`]); the probe runs resolved ones."""
+        return dataclasses.replace(self, labeler=labeler_for(self.labeler, task))
+
+
+def labeler_for(labeler: str, task: str | None) -> str:
+    """`labeler` with `auto` chosen by the task: the rules on the testbed (they agree with reading on its labelled
+    turns, `eval/real_model_validity.py`), the trained judge elsewhere (after open-ended answers the rules count a
+    real model's grounded turns several times over: `probe/labelers/judge_v2.md`)."""
+    if labeler != "auto":
+        return labeler
+    return "rules" if task == "testbed" else "trained"
+
+
+def resolve_labelers(*configs) -> None:
+    """Set every `labeler` field (`labeler`, `probe_labeler`, `mine_labeler`, `reward_labeler`) that says `auto` in
+    `configs` (parsed dataclasses) by [`labeler_for`] of the task option of the same group (`TASK_OPTIONS`)."""
+    tasks = {name: getattr(c, name) for c in configs for name in TASK_OPTIONS if getattr(c, name, None) is not None}
+    for config in configs:
+        for name in LABELER_OPTIONS:
+            if getattr(config, name, None) == "auto":
+                task = tasks.get({"probe_labeler": "probe_task", "mine_labeler": "mine_source",
+                                  "reward_labeler": "prompt_source"}.get(name, "task"))
+                setattr(config, name, labeler_for("auto", task))
+
 
 
 def prefixed(prefix: str, exclude: tuple[str, ...] = (), **defaults) -> type:

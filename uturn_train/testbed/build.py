@@ -240,7 +240,8 @@ def measure(out_dir: str | Path, limit: int = 200, samples: int = 4) -> dict:
 
     tokenizer, model = load_tokenizer(str(out_dir)), load_model(str(out_dir), device="cpu")
     examples = load_task("testbed", data=str(Path(out_dir) / "heldout.jsonl"), limit=limit)
-    summary = run_probe(model, tokenizer, examples, ProbeSettings(temperatures=[0.0, 1.0], samples=samples)).summary
+    summary = run_probe(model, tokenizer, examples, ProbeSettings(temperatures=[0.0, 1.0], samples=samples,
+                                                                       labeler="rules")).summary
     return {"n_prompts": summary["n_prompts"], "accuracy": summary["accuracy"], **flat_figures(summary),
             "samples": samples,
             "categories": {f"T{s['temperature']:g}": s["categories"] for s in summary["settings"]}}

@@ -134,7 +134,8 @@ class UserTurnProbeCallback(TrainerCallback):
 
         if not tokenizer.chat_template:
             raise ValueError("UserTurnProbeCallback: the tokenizer has no chat template; the probe needs one")
-        self.args, self.tokenizer, self.settings = probe_args, tokenizer, probe_args.settings()
+        self.args, self.tokenizer, self.settings = probe_args, tokenizer, \
+            probe_args.settings().for_task(probe_args.probe_task)
         self.examples = load_task(probe_args.probe_task, data=probe_args.probe_data, limit=probe_args.probe_limit,
                                   data_option="--probe_data")
         check_setting(self.settings.setting, self.examples, task=probe_args.probe_task)
@@ -271,7 +272,7 @@ class UserTurnProbeCallback(TrainerCallback):
             logs.update(collab_scalars(collab.summary))
         if run is not None:
             record.update(accuracy=run.summary["accuracy"], settings=run.summary["settings"])
-            logs.update(log_scalars(run.summary, self.args.probe_task, self.args.probe_labeler))
+            logs.update(log_scalars(run.summary, self.args.probe_task, self.settings.labeler))
         # The base class's log: TRL's SFT/DPO `log` overrides would flush their running training metrics into it.
         Trainer.log(self.trainer, logs)
         self.records.append(record)
@@ -299,8 +300,9 @@ class UserTurnProbeCallback(TrainerCallback):
         if wandb.run is None:
             return
         columns = ["step", "id", "temperature", "sample_index", "query", "answer", "user_turn", "label", "grounded",
-                   "reason", *{"both": ["judge_label", "judge_grounded"], "judge": ["rules_label"]}.get(
-                       self.args.probe_labeler, [])]
+                   "reason", *{"both": ["judge_label", "judge_grounded"], "judge": ["rules_label"],
+                                  "trained": ["rules_label"]}.get(
+                       self.settings.labeler, [])]
         if self._table is None:
             # Incremental: each probe adds its rows instead of re-uploading the whole growing table.
             self._table = wandb.Table(columns=columns, log_mode="INCREMENTAL")

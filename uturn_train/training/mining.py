@@ -3,7 +3,8 @@
 For each prompt the model answers greedily (the probe's self setting), writes the next user turn greedily and samples
 `mine_samples` more at each temperature of `mine_temperatures` above 0; the classifier labels every turn
 ([`~uturn_train.probe.runner.run_probe`] does all of this). The chosen side of a pair is a follow-up *grounded*
-against three mismatched contexts (`CONTROLS`), never one that fits any answer: such a question ("Can you explain it
+(by the rules: against three mismatched contexts, `CONTROLS`; by the trained judge with `mine_labeler` `trained`, the
+default off the testbed: its own decision), never one that fits any answer: such a question ("Can you explain it
 like I'm 10?") is easy to learn and says nothing about this conversation, so a follow-up that is not grounded is a
 rejected side, with identity drift, repetition, new topic, empty and degenerate turns. Each distinct rejected turn
 (greedy first) is paired with one of the prompt's grounded follow-ups, in turn. Without a sampled one, and with
@@ -30,7 +31,7 @@ import logging
 import math
 import time
 from collections import Counter, defaultdict
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from itertools import cycle
 from pathlib import Path
 
@@ -39,7 +40,7 @@ from ..generation import generate
 from ..io import atomic_dir, ensure_writable_dir, write_json
 from ..probe.record import flat_figures
 from ..probe.rules.grounding import CONTROLS, derangement, grounded_in, normalize_turn
-from ..probe.settings import JUDGE_FIELDS, prefixed
+from ..probe.settings import JUDGE_FIELDS, OFFLINE_LABELERS, labeler_for, prefixed
 from ..tasks import gsm8k
 from ..tasks.base import Example
 from .data import check_source, prompt_examples
@@ -68,6 +69,8 @@ class MiningArguments(prefixed("mine_", exclude=("setting", *JUDGE_FIELDS), max_
             chosen side is one and the same text (normalised; at least 2 pairs), so that no question dominates.
         anchor_ratio (`float`, *optional*, defaults to `0.25`): anchor pairs per follow-up pair; 0 disables them.
             Anchor answers are sampled at the highest of `mine_temperatures`, `mine_samples` per prompt.
+        mine_labeler (`str`, *optional*, defaults to `"auto"`): who labels the mined turns and decides which are
+            grounded: `rules`, `trained` (the trained judge) or `auto` (the rules on the testbed, the judge elsewhere).
     """
 
     mine_source: str = field(default="testbed", metadata={"help": "testbed, gsm8k, oasst or conversations."})
@@ -76,12 +79,17 @@ class MiningArguments(prefixed("mine_", exclude=("setting", *JUDGE_FIELDS), max_
     mine_reference: bool = field(default=True, metadata={"help": "Fall back on the data's follow-ups/solutions."})
     anchor_ratio: float = field(default=0.25, metadata={"help": "Anchor pairs per follow-up pair (0 = none)."})
     mine_max_chosen_share: float = field(default=0.02, metadata={"help": "Most pairs one chosen text may have."})
+    mine_labeler: str = field(default="auto", metadata={
+        "help": "auto (rules on the testbed, the trained judge elsewhere), rules or trained."})
 
     def __post_init__(self):
         super().__post_init__()
         check_source(self.mine_source, self.mine_data, option="mine")
         if self.anchor_ratio < 0:
             raise ValueError(f"anchor_ratio must be >= 0, got {self.anchor_ratio}")
+        if self.mine_labeler not in OFFLINE_LABELERS:
+            raise ValueError(f"mine_labeler {self.mine_labeler!r} is not one of {OFFLINE_LABELERS} (an LLM judge is "
+                             "not offered for mining: every sampled turn would be a request)")
         if not 0 < self.mine_max_chosen_share <= 1:
             raise ValueError(f"mine_max_chosen_share must be in (0, 1], got {self.mine_max_chosen_share}")
 
@@ -108,13 +116,16 @@ def _source(row: dict) -> str:
 
 
 def followup_pairs(ex: Example, answer: str, turns: list[dict], controls: list[tuple[str, str]],
-                   use_reference: bool) -> list[dict]:
+                   use_reference: bool, judged: bool = False) -> list[dict]:
     """The follow-up pairs of one prompt from its labelled user turns (greedy first, then the samples).
 
-    `turns` carry `label` (see [`~uturn_train.probe.runner.run_probe`]); `controls` are mismatched contexts (query,
-    answer) of other prompts: a follow-up is chosen if it is grounded against all of them, else it is rejected.
+    `turns` carry `label` and `grounded` (see [`~uturn_train.probe.runner.run_probe`]). With `judged` (the trained
+    judge labelled them) a follow-up is chosen if the judge called it grounded; else by the rules: `controls` are
+    mismatched contexts (query, answer) of other prompts, and a follow-up is chosen if it is grounded against all of
+    them. Other follow-ups are rejected. The reference follow-up is checked by the rules.
     """
-    grounded = [r["label"] == "followup" and grounded_in(ex.query, answer, r["user_turn"], controls) for r in turns]
+    grounded = [r["label"] == "followup" and (r["grounded"] is True if judged else
+                                              grounded_in(ex.query, answer, r["user_turn"], controls)) for r in turns]
     rejected = [(r["user_turn"], r["label"] if r["label"] != "followup" else "ungrounded_followup", _source(r))
                 for r, g in zip(turns, grounded) if r["label"] in REJECTABLE or (r["label"] == "followup" and not g)]
     chosen = [(r["user_turn"], "grounded_followup", _source(r)) for r, g in zip(turns, grounded) if g]
@@ -156,7 +167,7 @@ def mine_pairs(model, tokenizer, examples: list[Example], args: MiningArguments,
     from ..probe.runner import run_probe
 
     start = time.perf_counter()
-    settings = args.settings()
+    settings = replace(args.settings(), labeler=labeler_for(args.mine_labeler, args.mine_source))
     with gathered_if_zero3(model):
         run = run_probe(model, tokenizer, examples, settings, state=state)
         turns = defaultdict(list)
@@ -167,7 +178,7 @@ def mine_pairs(model, tokenizer, examples: list[Example], args: MiningArguments,
         pairs = [p for a in run.answers for p in followup_pairs(
             examples[a["index"]], a["answer"], turns[a["index"]],
             [contexts[cycle[a["index"]]] for cycle in cycles if contexts[cycle[a["index"]]] != contexts[a["index"]]],
-            args.mine_reference)]
+            args.mine_reference, judged=settings.labeler == "trained")]
         pairs = diverse(pairs, args.mine_max_chosen_share)
         n_anchors = round(args.anchor_ratio * len(pairs))
         temperature = max(settings.temperatures, default=0.0)
@@ -201,7 +212,8 @@ def mine_pairs(model, tokenizer, examples: list[Example], args: MiningArguments,
         "rejected_label": dict(Counter(f"{p['kind']}:{p['rejected_label']}" for p in pairs)),
         "chosen_source": dict(Counter(f"{p['kind']}:{p['chosen_source']}" for p in pairs)),
         "rejected_source": dict(Counter(f"{p['kind']}:{p['rejected_source']}" for p in pairs)),
-        "chosen_followups": {  # every chosen follow-up is grounded (against CONTROLS contexts) by construction
+        "labeler": settings.labeler,
+        "chosen_followups": {  # every chosen follow-up is grounded (by the labeler) by construction
             "source": dict(Counter(p["chosen_source"] for p in pairs if p["kind"] == "followup")),
             "distinct_share": len(set(chosen)) / max(1, len(chosen)),
             "most_common": Counter(chosen).most_common(3),

@@ -9,7 +9,10 @@ logs each function's mean as `rewards/<name>/mean`.
 - [`UserTurnReward`]: the user-turn probe's verdict as a reward: +1 for a follow-up grounded against every
   mismatched context of its row (`grounding.CONTROLS`), +0.5 for one specific to its conversation against every
   control that takes nothing from its answer (a step towards reacting to it), 0 for one that fits any answer, for
-  thanks and for a new topic, and -1 for identity drift, repetition, empty or degenerate turns.
+  thanks and for a new topic, and -1 for identity drift, repetition, empty or degenerate turns. With the trained
+  judge (`reward_labeler` `trained`, the default off the testbed) the label and grounded decision are the judge's,
+  read against the row's first mismatched context: +1 for a grounded follow-up, the labels' rewards otherwise (the
+  judge has no "specific" tier).
 - [`LengthGuard`]: a penalty for user turns longer than a budget, so a turn cannot gain by padding.
 - [`accuracy`]: 1 for a correct answer to an anchor problem (`tasks.gsm8k.is_correct`), 0 otherwise.
 """
@@ -40,18 +43,23 @@ class UserTurnReward:
     Args:
         tokenizer: the policy's tokenizer.
         header_starts (`list[str]`): [`~uturn_train.chat.role_header_starts`] of its template.
+        judge ([`~uturn_train.probe.labelers.judge.Judge`], *optional*): the trained judge decides instead of the
+            rules.
     """
 
     __name__ = "user_turn"  # TRL names the logged reward after it
 
-    def __init__(self, tokenizer, header_starts: list[str]):
+    def __init__(self, tokenizer, header_starts: list[str], judge=None):
         added = tokenizer.get_added_vocab()
         self.header_ids = {added[h]: h for h in header_starts if h in added}
+        self.judge = judge
 
     def turn(self, text: str, ids: list[int]) -> str:
         return text + self.header_ids[ids[-1]] if ids and ids[-1] in self.header_ids else text
 
     def __call__(self, completions, completion_ids, kind, query, answer, controls, **kwargs):
+        if self.judge is not None:
+            return self.judged(completions, completion_ids, kind, query, answer, controls)
         rewards = []
         for text, ids, k, q, a, others in zip(completions, completion_ids, kind, query, answer, controls):
             if k != "user_turn":
@@ -66,6 +74,16 @@ class UserTurnReward:
                 rewards.append(LABEL_REWARD["specific"])
             else:
                 rewards.append(LABEL_REWARD[verdict.label])
+        return rewards
+
+    def judged(self, completions, completion_ids, kind, query, answer, controls) -> list[float | None]:
+        """The trained judge's verdicts as rewards; one `Judge.label` call for the batch's user turns."""
+        rows = [i for i, k in enumerate(kind) if k == "user_turn"]
+        items = [{"query": query[i], "answer": answer[i], "user_turn": self.turn(completions[i], completion_ids[i]),
+                  "other_query": controls[i][0][0], "other_answer": controls[i][0][1]} for i in rows]
+        rewards = [None] * len(kind)
+        for i, v in zip(rows, self.judge.label(items)):
+            rewards[i] = LABEL_REWARD["grounded"] if v.grounded else LABEL_REWARD[v.label]
         return rewards
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from ..chat import answer_prompt, user_turn_prompt
 from ..probe.rules.grounding import CONTROLS, derangement
+from ..probe.settings import OFFLINE_LABELERS
 from ..tasks.base import Example
 from .data import check_source, prompt_examples
 
@@ -31,6 +32,8 @@ class RLArguments:
             policy answers, rewarded by correctness); 0 disables them. Needs a source with gold answers.
         user_turn_budget (`int`, *optional*, defaults to `48`): tokens a user turn may take before the length guard
             lowers its reward (to -1 at twice the budget).
+        reward_labeler (`str`, *optional*, defaults to `"auto"`): who decides the user-turn reward: `rules`, `trained`
+            (the trained judge) or `auto` (the rules on the testbed, the judge on every other source).
     """
 
     prompt_source: str = field(default="testbed", metadata={"help": "testbed, gsm8k, oasst or conversations."})
@@ -41,6 +44,8 @@ class RLArguments:
     prompt_answer_max_new_tokens: int = field(default=256, metadata={"help": "Token limit of the self answers."})
     prompt_seed: int = field(default=0, metadata={"help": "Seeds the anchor split and the mismatched contexts."})
     user_turn_budget: int = field(default=48, metadata={"help": "User-turn tokens before the length guard bites."})
+    reward_labeler: str = field(default="auto", metadata={
+        "help": "auto (rules on the testbed, the trained judge elsewhere), rules or trained."})
 
     def __post_init__(self):
         check_source(self.prompt_source, self.prompt_data, option="prompt")
@@ -48,6 +53,9 @@ class RLArguments:
             raise ValueError(f"prompt_setting {self.prompt_setting!r} is not one of ('self', 'heldout')")
         if not 0 <= self.anchor_share < 1:
             raise ValueError(f"anchor_share must be in [0, 1), got {self.anchor_share}")
+        if self.reward_labeler not in OFFLINE_LABELERS:
+            raise ValueError(f"reward_labeler {self.reward_labeler!r} is not one of {OFFLINE_LABELERS} (an LLM judge "
+                             "is not offered as a reward: every rollout would be a request)")
         if self.user_turn_budget < 1:
             raise ValueError(f"user_turn_budget must be >= 1, got {self.user_turn_budget}")
 
@@ -77,7 +85,8 @@ def grpo_rows(model, tokenizer, examples: list[Example], args: RLArguments, stat
     if len(turns) < 2:
         raise ValueError(f"{len(turns)} user-turn prompts: the grounded reward needs at least 2; raise prompt_limit")
     if args.prompt_setting == "self":
-        settings = ProbeSettings(temperatures=[], answer_max_new_tokens=args.prompt_answer_max_new_tokens)
+        settings = ProbeSettings(temperatures=[], answer_max_new_tokens=args.prompt_answer_max_new_tokens,
+                                 labeler="rules")  # answers only: no turn to label
         answers = [a["answer"] for a in run_probe(model, tokenizer, turns, settings, state=state).answers]
     else:
         answers = [ex.answer for ex in turns]

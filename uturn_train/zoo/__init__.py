@@ -13,7 +13,9 @@ the benchmarks) call [`resolve`] on their parsed options first, which turns
 - a `.gguf` file, or a folder holding exactly one, into `$UTURN_HOME/gguf/<first 16 hex digits of its sha256>`,
   converted once, with a card. The sha256 of a converted file is kept in `$UTURN_HOME/gguf/hashes.json` under its
   resolved path, size and times, so a later resolve of the unchanged file does not read it again;
-- and, where a labeler option is `trained`, fetches the trained judge's feature model (`smollm2-135m-instruct`).
+- and a labeler option `auto` into `rules` on the testbed, `trained` elsewhere
+  ([`~uturn_train.probe.settings.labeler_for`]); where one is then `trained`, it fetches the trained judge's feature
+  model (`smollm2-135m-instruct`).
 
 ```bash
 uturn probe --model smollm2-135m-instruct --task gsm8k --data ../shared/data/gsm8k/test.jsonl --limit 48 --setting self
@@ -24,6 +26,7 @@ Reading GGUF needs the `gguf` package (a dependency of this project). No core mo
 (`tests/test_layers.py`). The GGUF side is `gguf.py`, the Qwen3.5-2B stand-in `qwen3_5_2b.py`.
 """
 
+from ..probe.settings import LABELER_OPTIONS, resolve_labelers
 from ..testbed import resolve as resolve_testbed
 from .gguf import SMOLLM2, FetchError, convert_gguf, fetch_smollm2, gguf_file
 from .qwen3_5_2b import NAME as STAND_IN
@@ -34,8 +37,6 @@ __all__ = ["MODEL_OPTIONS", "SMOLLM2", "FetchError", "convert_gguf", "fetch_smol
 # The options of the parsed dataclasses that name a local model. `judge_model` and `served_model` name models on a
 # server, which are never loaded here.
 MODEL_OPTIONS = ("model", "model_name_or_path", "scorer", "probe_scorer", "partner")
-# The options that may choose the trained judge, which reads with SmolLM2-135M-Instruct (`probe/labelers/judge.py`).
-LABELER_OPTIONS = ("labeler", "probe_labeler")
 
 
 def resolve(*configs) -> None:
@@ -47,6 +48,7 @@ def resolve(*configs) -> None:
     holding exactly one become the file's converted folder. Other values are left as they are. Under several processes,
     call it on every one inside `main_process_first`, so that one fetches or converts while the others wait.
     """
+    resolve_labelers(*configs)  # before the testbed's names become paths: `auto` is chosen by the task's name
     resolve_testbed(*configs)
     for config in configs:
         for name in MODEL_OPTIONS:

@@ -8,12 +8,12 @@ one for `grounded`. A turn is a grounded
 follow-up when the first says `followup` and the second's probability reaches `threshold`.
 
 ```python
-judge = load_judge()                                      # the shipped one (`judge_v1.json`), its feature model
+judge = load_judge()                                      # the shipped one (`judge_v2.json`), its feature model
 judge.label([{"query": q, "answer": a, "user_turn": t, "other_query": q2, "other_answer": a2}])
 # -> [JudgeVerdict(label="followup", grounded=True, p_followup=0.93, p_grounded=0.81)]
 ```
 
-The shipped weights, how they were trained and what they measure on the test split: `judge_v1.md`.
+The shipped weights, how they were trained and what they measure on the test split: `judge_v2.md`.
 """
 
 import json
@@ -36,14 +36,14 @@ from .features import (
     rule_features,
 )
 
-NAME = "uturn-judge-v1"
-WEIGHTS = Path(__file__).with_name("judge_v1.json")
+NAME = "uturn-judge-v2"
+WEIGHTS = Path(__file__).with_name("judge_v2.json")
 FEATURE_NAMES = (*LM_FEATURES, *RULE_FEATURES, *LEXICAL_FEATURES)  # then the feature model's hidden state
 
 
 def feature_names(likelihoods: TurnLikelihoods) -> list[str]:
-    """The columns of `featurize`: `FEATURE_NAMES`, then `state_0` ... of the feature model's hidden size."""
-    return [*FEATURE_NAMES, *(f"state_{i}" for i in range(likelihoods.state_size))]
+    """The columns of `featurize`: `FEATURE_NAMES`, then `state<layer>_0` ... of the feature model's hidden size."""
+    return [*FEATURE_NAMES, *(f"state{likelihoods.state_layer}_{i}" for i in range(likelihoods.state_size))]
 
 
 @dataclass(frozen=True)
@@ -108,16 +108,17 @@ def fit_logistic(x: torch.Tensor, y: torch.Tensor, classes: int, l2: float, weig
 
 
 class Judge:
-    """The trained judge (see the module docstring): `weights` as `judge_v1.json` holds them, and the feature model."""
+    """The trained judge (see the module docstring): `weights` as `judge_v2.json` holds them, and the feature model."""
 
     def __init__(self, weights: dict, likelihoods: TurnLikelihoods):
         if tuple(weights["features"][: len(FEATURE_NAMES)]) != FEATURE_NAMES:
             raise ValueError(f"{weights.get('name')}: trained on features {weights['features'][:len(FEATURE_NAMES)]}, "
                              f"this version reads {list(FEATURE_NAMES)}; train it again (`uturn judge train`)")
-        if likelihoods is not None and len(weights["features"]) != len(feature_names(likelihoods)):
-            raise ValueError(f"{weights.get('name')}: trained on a feature model with hidden size "
-                             f"{len(weights['features']) - len(FEATURE_NAMES)}, this one has {likelihoods.state_size}; "
-                             f"load the model the weights name ({weights.get('feature_model')})")
+        if likelihoods is not None and weights["features"] != feature_names(likelihoods):
+            trained = weights["features"][len(FEATURE_NAMES):]
+            raise ValueError(f"{weights.get('name')}: trained on a feature model's states {trained[0]}..{trained[-1]}, "
+                             f"this one reads state{likelihoods.state_layer}_0..{likelihoods.state_size - 1}; load "
+                             f"the model the weights name ({weights.get('feature_model')}) with their `likelihoods`")
         self.weights, self.likelihoods = weights, likelihoods
         self.mean, self.std = torch.tensor(weights["mean"]), torch.tensor(weights["std"])
         self.label_w, self.label_b = (torch.tensor(weights["label"][k]) for k in ("w", "b"))

@@ -78,14 +78,16 @@ def _weights(y: torch.Tensor, classes: int) -> torch.Tensor:
     return w.clamp(max=10.0)
 
 
-def fit(x: torch.Tensor, rows: list[dict], l2_label: float, l2_grounded: float, threshold: float) -> dict:
-    """The judge's weights (as `judge_v1.json` stores them) fitted on `x` (unstandardised) and the rows' labels."""
+def fit(x: torch.Tensor, rows: list[dict], l2_label: float, l2_grounded: float, threshold: float,
+        names: list[str] | None = None) -> dict:
+    """The judge's weights (as `judge_v2.json` stores them) fitted on `x` (unstandardised, columns `names`) and the
+    rows' labels."""
     mean, std = x.mean(0), x.std(0).clamp(min=1e-6)
     z = (x - mean) / std
     y, g = _targets(rows)
     w_label, b_label = fit_logistic(z, y, len(LABELS), l2_label, _weights(y, len(LABELS)))
     w_g, b_g = fit_logistic(z, g, 2, l2_grounded, _weights(g, 2))
-    return {"features": [*FEATURE_NAMES, *(f"state_{i}" for i in range(x.shape[1] - len(FEATURE_NAMES)))],
+    return {"features": names or [*FEATURE_NAMES, *(f"state_{i}" for i in range(x.shape[1] - len(FEATURE_NAMES)))],
             "mean": mean.tolist(), "std": std.tolist(),
             "label": {"w": w_label.tolist(), "b": b_label.tolist()}, "grounded": {"w": w_g.tolist(), "b": b_g.tolist()},
             "threshold": threshold, "l2": {"label": l2_label, "grounded": l2_grounded}}
@@ -162,9 +164,10 @@ def train_judge(rows: list[dict], likelihoods, out: Path, cache: Path | None, fe
     dev = [r for r in rows if r["split"] == "dev"]
     x = features(dev, likelihoods, cache)
     chosen = cross_validate(x, dev)
-    weights = fit(x, dev, chosen["l2_label"], chosen["l2_grounded"], chosen["threshold"])
+    weights = fit(x, dev, chosen["l2_label"], chosen["l2_grounded"], chosen["threshold"], feature_names(likelihoods))
     weights.update(name=name or out.stem, feature_model=feature_model,
-                   likelihoods={"turn_tokens": likelihoods.turn_tokens, "context_tokens": likelihoods.context_tokens},
+                   likelihoods={"turn_tokens": likelihoods.turn_tokens, "context_tokens": likelihoods.context_tokens,
+                                "state_layer": likelihoods.state_layer},
                    trained_on={"rows": len(dev), "labels": {lab: sum(r["label"] == lab for r in dev) for lab in LABELS},
                                "grounded": sum(bool(r["grounded"]) for r in dev)},
                    cross_validation=chosen, seconds=round(time.perf_counter() - start, 1))

@@ -26,31 +26,17 @@ from ..rules.classify import LABELS
 logger = logging.getLogger(__name__)
 
 # Bump on any change to RUBRIC or to the request: cached verdicts of another version are not reused.
-RUBRIC_VERSION = "1"
-RUBRIC = """\
-You label one turn of a chat. A chat model was shown a conversation (the user's query and the assistant's answer) and \
-wrote the next USER turn itself. Decide what that user turn is.
+RUBRIC_VERSION = "2"  # 2: the reading rubric itself (`rubric.md`), which the labels of the trained judge follow
+# The definition lives in one place, `rubric.md`, read by people labelling turns and sent to the judge as it is.
+RUBRIC = f"""\
+You label one turn of a chat. A chat model (or a person) was shown a conversation and wrote the next USER turn. \
+Decide what that user turn is, by this rubric.
 
-Labels (the first that applies, in this order):
-- empty: nothing but whitespace, punctuation or chat markup.
-- degenerate: broken text: a loop (the same span over and over), gibberish, or a word salad.
-- identity_drift: written as the assistant, not as the user: opens an assistant header, answers, explains or solves \
-something, offers help ("Sure! Here's how..."), or states a final answer.
-- repetition: repeats the query, or copies a large part of the answer, instead of saying something of its own.
-- acknowledgement: only thanks or closes ("Thanks!", "Got it."), and asks for nothing.
-- new_topic: turns to something unrelated to this answer: a new problem or question of the user's own ("Next \
-question: ...", a new word problem), or questions about the assistant itself.
-- followup: reacts to this answer as a user would: asks about it, asks for a change, an explanation, an example or a \
-next step, pushes back, or answers a question the assistant asked. Generic requests that fit any answer ("Can you \
-explain that more simply?") are follow-ups too.
-
-grounded: true when the turn reacts to something specific to THIS query and answer (a name, number, step or claim in \
-them) and would not fit an unrelated conversation; false otherwise (generic requests, thanks, new topics, empty or \
-broken text).
+{(Path(__file__).with_name("rubric.md")).read_text(encoding="utf-8").strip()}
 
 Reply with one JSON object and nothing else:
-{"label": "<one of: followup, acknowledgement, identity_drift, repetition, new_topic, empty, degenerate>", \
-"grounded": <true or false>, "reason": "<at most 20 words>"}"""
+{{"label": "<one of: followup, acknowledgement, identity_drift, repetition, new_topic, empty, degenerate>", \
+"grounded": <true or false>, "reason": "<at most 20 words>"}}"""
 
 
 @dataclass(frozen=True)

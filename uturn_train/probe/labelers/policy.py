@@ -28,6 +28,9 @@ RULES_COLUMNS = ("rules_label", "rules_grounded", "rules_reason")
 
 def make_judge(settings: ProbeSettings, device: str | None = None) -> Judge | TrainedJudge | None:
     """The judge `settings` ask for (`None` for `labeler="rules"`), checked: a wrong URL, key or model fails here."""
+    if settings.labeler == "auto":
+        raise ValueError("labeler 'auto' is chosen by the task: probe with `settings.for_task(task)` (the commands, "
+                         "the callback and mining do), or set labeler to rules or trained")
     if settings.labeler == "rules":
         return None
     if settings.labeler == "trained":

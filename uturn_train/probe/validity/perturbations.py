@@ -8,7 +8,8 @@ exit non-zero. The answers are perturbed three ways, per prompt (one per distinc
 - **emptied**: `""`;
 - **truncated** mid-sentence: the first half of the words, cut back so that it ends inside a sentence.
 
-**The judge** (`classify_turn`, `is_grounded`; no generation) on the task's real contexts:
+**The decision** (the rules' `classify_turn` and `is_grounded`, or the trained judge with `judge`; no generation) on
+the task's real contexts:
 
 - the query pasted as the user turn is a repetition, every time (share 1.0);
 - generic questions (`GENERIC_QUESTIONS`) are grounded <= 0.10 of the time (Wilson upper bound);
@@ -42,7 +43,7 @@ from ...stats import paired_bootstrap
 from ...tasks.base import Example
 from ..metrics import wilson_interval
 from ..rules.classify import classify_turn
-from ..rules.grounding import derangement, ground_rows, is_grounded
+from ..rules.grounding import derangement, is_grounded
 from ..settings import JUDGE_FIELDS, ProbeSettings, prefixed
 
 logger = logging.getLogger(__name__)
@@ -151,7 +152,31 @@ def _fmt_diff(d: dict) -> str:
     return f"{d['difference']:+.3f} [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}]"
 
 
-def data_turns(examples: list[Example], seed: int) -> dict[str, list[dict]]:
+def rules_decide(items: list[dict]) -> list[tuple[str, bool]]:
+    """(label, grounded) of each item (`query`, `answer`, `user_turn`, `other_query`, `other_answer`, optional
+    `finish_reason`) by the rules, grounded against the item's other context."""
+    out = []
+    for it in items:
+        verdict = classify_turn(it["query"], it["answer"], it["user_turn"], it.get("finish_reason"))
+        g = is_grounded(it["query"], it["answer"], it["user_turn"], it["other_query"], it["other_answer"],
+                        verdict=verdict, finish_reason=it.get("finish_reason"))
+        out.append((verdict.label, g.grounded))
+    return out
+
+
+def decider(judge=None):
+    """`rules_decide`, or the same decisions by a trained [`~uturn_train.probe.labelers.judge.Judge`]."""
+    if judge is None:
+        return rules_decide
+    return lambda items: [(v.label, v.grounded) for v in judge.label(items)] if items else []
+
+
+def _item(query, answer, turn, other_query, other_answer, finish_reason=None) -> dict:
+    return {"query": query, "answer": answer, "user_turn": turn, "other_query": other_query,
+            "other_answer": other_answer, "finish_reason": finish_reason}
+
+
+def data_turns(examples: list[Example], seed: int, decide=rules_decide) -> dict[str, list[dict]]:
     """The data's real next user turns judged after their real answer and after it was shuffled, emptied, truncated.
 
     The control of a turn is the first context of another query (`derangement` over the distinct queries); its answer
@@ -164,7 +189,7 @@ def data_turns(examples: list[Example], seed: int) -> dict[str, list[dict]]:
     position = {ex.query: i for i, ex in enumerate(prompts)}
     contexts = {context: str(i) for i, context in enumerate(dict.fromkeys((ex.query, ex.answer) for ex in turns))}
     control = derangement(len(prompts), seed)
-    rows = {condition: [] for condition in ("real", "shuffled", "emptied", "truncated")}
+    conditions, items = [], []
     for ex in turns:
         i = position[ex.query]
         other, shuffled = prompts[control[i]], prompts[control[control[i]]]  # as in `perturbed`
@@ -172,10 +197,11 @@ def data_turns(examples: list[Example], seed: int) -> dict[str, list[dict]]:
             "real": (ex.answer, other.answer), "shuffled": (shuffled.answer, other.answer), "emptied": ("", ""),
             "truncated": (truncate_mid_sentence(ex.answer), truncate_mid_sentence(other.answer)),
         }.items():
-            verdict = classify_turn(ex.query, answer, ex.reference_followup)
-            g = is_grounded(ex.query, answer, ex.reference_followup, other.query, other_answer, verdict=verdict)
-            rows[condition].append({"id": contexts[ex.query, ex.answer], "followup": verdict.is_followup,
-                                    "grounded": g.grounded})
+            conditions.append((condition, contexts[ex.query, ex.answer]))
+            items.append(_item(ex.query, answer, ex.reference_followup, other.query, other_answer))
+    rows = {condition: [] for condition in ("real", "shuffled", "emptied", "truncated")}
+    for (condition, id_), (label, grounded) in zip(conditions, decide(items)):
+        rows[condition].append({"id": id_, "followup": label == "followup", "grounded": grounded})
     return rows
 
 
@@ -220,19 +246,22 @@ GENERATION_CHECKS = [
 ]
 
 
-def judge_checks(examples: list[Example], seed: int) -> tuple[dict, list[dict]]:
+def judge_checks(examples: list[Example], seed: int, decide=rules_decide) -> tuple[dict, list[dict]]:
     """The checks that need no generation; returns the data turns' rates per condition and the checks."""
     contexts = list(dict.fromkeys((ex.query, ex.answer) for ex in examples))
-    repeated = rate([classify_turn(q, a, q).label == "repetition" for q, a in contexts])
-    generic = rate([g.grounded for g in ground_rows(
-        [{"query": q, "answer": a, "user_turn": turn} for q, a in contexts for turn in GENERIC_QUESTIONS], seed)])
+    # Each context is controlled with the same other one, as `ground_rows` pairs the contexts of a file.
+    other = [contexts[j] for j in derangement(len(contexts), seed)] if len(contexts) > 1 else contexts
+    repeated = rate([label == "repetition" for label, _ in decide(
+        [_item(q, a, q, *o) for (q, a), o in zip(contexts, other)])])
+    generic = rate([g for _, g in decide(
+        [_item(q, a, turn, *o) for (q, a), o in zip(contexts, other) for turn in GENERIC_QUESTIONS])])
     checks = [
         {"name": "query pasted", "prediction": "repetition share 1.0", **repeated,
          "measured": _fmt(repeated), "status": "pass" if repeated["rate"] == 1.0 else "fail"},
         {"name": "generic questions", "prediction": f"grounded <= {GENERIC_CEILING} (upper bound)", **generic,
          "measured": _fmt(generic), "status": "pass" if generic["ci95"][1] <= GENERIC_CEILING else "fail"},
     ]
-    rows = data_turns(examples, seed)
+    rows = data_turns(examples, seed, decide)
     titles = ["real next turns: grounded", *(title for title, *_ in DATA_CHECKS)]
     if not rows:
         return {}, checks + [{"name": t, "prediction": "-", "measured": "needs real next user turns after at least 3 "
@@ -250,33 +279,35 @@ def _rates(rows: dict) -> dict:
             for name, condition_rows in rows.items()}
 
 
-def _generated(run, condition: str, real: list[Example], control: list[int]) -> list[dict]:
+def _generated(run, condition: str, real: list[Example], control: list[int], decide=rules_decide) -> list[dict]:
     """The run's rows, each also judged against its prompt's real context (`grounded_real`)."""
-    out = []
-    for row in run.rows:
-        ex, other = real[row["index"]], real[control[row["index"]]]
-        grounded_real = row["grounded"] if condition == "real" else is_grounded(
-            ex.query, ex.answer, row["user_turn"], other.query, other.answer, finish_reason=row["finish_reason"]
-        ).grounded
-        out.append({"condition": condition, **row, "followup": row["label"] == "followup",
-                    "grounded_real": grounded_real})
-    return out
+    with_turn = [row for row in run.rows if row["label"] is not None]
+    if condition == "real":
+        in_real = [row["grounded"] for row in with_turn]
+    else:
+        in_real = [g for _, g in decide([
+            _item(real[row["index"]].query, real[row["index"]].answer, row["user_turn"],
+                  real[control[row["index"]]].query, real[control[row["index"]]].answer, row["finish_reason"])
+            for row in with_turn])]
+    grounded_real = {id(row): g for row, g in zip(with_turn, in_real)}
+    return [{"condition": condition, **row, "followup": row["label"] == "followup",
+             "grounded_real": grounded_real.get(id(row), False)} for row in run.rows]
 
 
 def generation_checks(model, tokenizer, prompts: list[Example], settings: ProbeSettings,
-                      disable_progress: bool = False) -> tuple[dict, list[dict], list[dict]]:
+                      disable_progress: bool = False, judge=None) -> tuple[dict, list[dict], list[dict]]:
     """Probe the real and perturbed answers; returns per-condition rates, the checks and every generated row."""
     from ..runner import run_probe
 
     if len(prompts) < 3:
         raise ValueError(f"the shuffled answers need at least 3 distinct queries, got {len(prompts)}")
-    settings = replace(settings, setting="heldout")
+    settings = replace(settings, setting="heldout", labeler="rules" if judge is None else "trained")
     control = derangement(len(prompts), settings.seed)
     rows = {}
     for condition, perturbed_prompts in perturbed(prompts, settings.seed).items():
         logger.info("user turns after %s answers (%d prompts)", condition, len(prompts))
-        run = run_probe(model, tokenizer, perturbed_prompts, settings, disable_progress=disable_progress)
-        rows[condition] = _generated(run, condition, prompts, control)
+        run = run_probe(model, tokenizer, perturbed_prompts, settings, disable_progress=disable_progress, judge=judge)
+        rows[condition] = _generated(run, condition, prompts, control, decider(judge))
         if condition == "real" and rate([r["grounded"] for r in rows["real"]])["ci95"][0] <= NO_GROUNDING:
             break
     conditions, every = _rates(rows), [r for condition_rows in rows.values() for r in condition_rows]
@@ -291,20 +322,22 @@ def generation_checks(model, tokenizer, prompts: list[Example], settings: ProbeS
 
 
 def validate(model, tokenizer, examples: list[Example], settings: ProbeSettings, limit: int | None = None,
-             disable_progress: bool = False) -> tuple[dict, list[dict]]:
-    """Run every check; returns the report (`checks`, `data_turns` and `new_turns` rates per condition, `failed`)
-    and the generated rows.
+             disable_progress: bool = False, judge=None) -> tuple[dict, list[dict]]:
+    """Run every check; returns the report (`checks`, `data_turns` and `new_turns` rates per condition, `failed`,
+    `labeler`) and the generated rows.
 
     `examples` are a task's (query, real answer, real next turn) triples; the model writes turns for one prompt per
-    distinct query, the first `limit` of them.
+    distinct query, the first `limit` of them. `judge`: a trained [`~uturn_train.probe.labelers.judge.Judge`] decides
+    every label and grounded decision instead of the rules.
     """
     prompts = first_per_query(examples)[:limit]
-    data, checks = judge_checks(examples, settings.seed)
-    new, more, rows = generation_checks(model, tokenizer, prompts, settings, disable_progress)
+    data, checks = judge_checks(examples, settings.seed, decider(judge))
+    new, more, rows = generation_checks(model, tokenizer, prompts, settings, disable_progress, judge)
     checks += more
     report = {"n_contexts": len({(ex.query, ex.answer) for ex in examples}),
               "n_turns": sum(bool(ex.reference_followup) for ex in examples), "n_prompts": len(prompts),
-              "checks": checks, "data_turns": data, "new_turns": new,
+              "labeler": "rules" if judge is None else "trained", "checks": checks, "data_turns": data,
+              "new_turns": new,
               "failed": [c["name"] for c in checks if c["status"] == "fail"]}
     return report, rows
 
