@@ -285,7 +285,8 @@ def test_interrupted_ablation_resumes_without_repeating_a_finished_run(tiny_qwen
     problems = [{"question": r["messages"][0]["content"], "answer": r["messages"][1]["content"]} for r in rows[8:]]
     gsm8k.write_text("".join(json.dumps(p) + "\n" for p in problems))
     # tests/integration/test_recipes.py's tiny overrides, shared by every run (both are probed on the same 4 problems).
-    common = {"model_name_or_path": str(tiny_qwen_dir), "probe_task": "gsm8k", "probe_data": str(gsm8k),
+    common = {"model_name_or_path": str(tiny_qwen_dir), "probe_task": "gsm8k", "probe_labeler": "rules",
+              "probe_data": str(gsm8k),
               "probe_limit": 4, "probe_samples": 2, "probe_max_new_tokens": 8, "probe_answer_max_new_tokens": 12,
               "max_steps": 2, "save_steps": 2, "logging_steps": 1, "per_device_train_batch_size": 2,
               "collab_source": "conversations", "collab_data": str(convs), "report_to": ["wandb"]}

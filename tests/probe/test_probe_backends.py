@@ -166,7 +166,7 @@ def test_failed_requests_and_judge_errors_are_error_rows(tiny_qwen_dir, tmp_path
         assert s["followup_rate"] == 0.5 and s["grounded_followup_rate"] == 0.5
         assert s["categories"]["acknowledgement"] == 0.5
     assert run.summary["server"] == {"flavour": "vllm", "requests": 5 + 4 * 5, "errors": 1 + 5}
-    assert run.summary["judge"] == {"model": "judge-model", "rubric_version": "1", "requests": 2 + 2,
+    assert run.summary["judge"] == {"model": "judge-model", "rubric_version": "2", "requests": 2 + 2,
                                     "cache_hits": 0, "errors": 5}
     # Seeds: one per request, and no two sampled requests share one across temperatures.
     sampled = [seed for t, seed in script.seeds if t > 0]
@@ -221,7 +221,7 @@ def test_labeler_both_writes_both_labels_and_a_rerun_asks_nothing(tiny_qwen_dir,
         assert len(fake.posts("/chat/completions")) == asked  # every verdict from the cache
     (first, rows), (rerun, rerun_rows) = read_out(tmp_path / "first"), read_out(tmp_path / "rerun")
     assert len(rows) == 12 and 0 < asked <= 12  # identical turns are asked once
-    assert first["judge"] == {"model": "judge-model", "rubric_version": "1", "requests": asked, "cache_hits": 0,
+    assert first["judge"] == {"model": "judge-model", "rubric_version": "2", "requests": asked, "cache_hits": 0,
                               "errors": 0}
     assert rerun["judge"] == {**first["judge"], "requests": 0, "cache_hits": 12}
     assert [r["judge_label"] for r in rerun_rows] == [r["judge_label"] for r in rows]
@@ -240,11 +240,11 @@ def test_labeler_both_writes_both_labels_and_a_rerun_asks_nothing(tiny_qwen_dir,
     assert first["config"]["labeler"] == "both" and "judge-model" == first["config"]["judge_model"]
 
 
-def test_mining_has_no_labeler_options():
+def test_mining_has_no_llm_judge_options():
     from uturn_train.training.mining import MiningArguments
 
     names = set(MiningArguments.__dataclass_fields__)
-    assert "mine_samples" in names and not any("labeler" in n or "judge" in n for n in names)
+    assert "mine_samples" in names and "mine_labeler" in names and not any("judge" in n for n in names)
 
 
 @pytest.mark.slow
