@@ -2,9 +2,12 @@
 
     uturn collab --model testbed --task testbed --limit 100 --out outputs/collab_testbed
     uturn collab --model smollm2-135m-instruct --task testbed --partner self --out outputs/collab_smollm2_self
+    uturn collab --model smollm2-135m-instruct --task gsm8k --data ../shared/data/gsm8k/test.jsonl --limit 50 \
+        --out outputs/collab_smollm2_gsm8k
 
-Writes `conversations.jsonl` (every turn, its success and why it ended), `collab.png` (success per family with 95%
-intervals) and `results.json` (last: its presence marks a finished run).
+Writes `tasks.jsonl` (`--task gsm8k`: the tasks drawn from the problems), `conversations.jsonl` (every turn, its
+success and why it ended), `collab.png` (success per family with 95% intervals) and `results.json` (last: its presence
+marks a finished run).
 """
 
 import logging
@@ -12,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..collab.dialogue import CollabSettings, run_collab
+from ..collab.gsm8k import gsm8k_collab_tasks
 from ..collab.partners import ModelPartner, OraclePartner
 from ..collab.plot import plot_success
 from ..collab.tasks import load_collab_tasks
@@ -27,8 +31,10 @@ class CollabScriptArguments:
     Args:
         model (`str`): the model under test: hub id, folder, `.gguf`, `testbed` or `smollm2-135m-instruct`.
         task (`str`, *optional*, defaults to `"testbed"`): `testbed` (the built testbed's `collab.jsonl`, from its
-            held-out problems) or `file` (your own tasks in `--data`, see `uturn_train/collab/tasks.py`).
-        data (`str`, *optional*): the tasks' jsonl; filled in for `testbed`.
+            held-out problems), `gsm8k` (tasks drawn from GSM8K's test problems, `uturn_train/collab/gsm8k.py`) or
+            `file` (your own tasks in `--data`, see `uturn_train/collab/tasks.py`).
+        data (`str`, *optional*): the tasks' jsonl; filled in for `testbed`; for `gsm8k` the problems (a local file
+            in GSM8K's format, or a hub name; default the hub's `openai/gsm8k` test split).
         limit (`int`, *optional*): the first N tasks of each family.
         partner (`str`, *optional*, defaults to `"oracle"`): `oracle` (the task's own lines), `self` (the model under
             test plays the partner too), or another chat model (hub id, folder...), run here or, with
@@ -40,8 +46,9 @@ class CollabScriptArguments:
     """
 
     model: str = field(default="testbed", metadata={"help": "The model under test (testbed, a folder, a hub id...)."})
-    task: str = field(default="testbed", metadata={"help": "testbed or file (your own tasks in --data)."})
-    data: str | None = field(default=None, metadata={"help": "The tasks' jsonl (filled in for testbed)."})
+    task: str = field(default="testbed", metadata={"help": "testbed, gsm8k or file (your own tasks in --data)."})
+    data: str | None = field(default=None, metadata={
+        "help": "The tasks' jsonl (filled in for testbed); for gsm8k the problems (default: the hub's test split)."})
     limit: int | None = field(default=None, metadata={"help": "The first N tasks of each family."})
     partner: str = field(default="oracle", metadata={"help": "oracle, self, or another chat model."})
     partner_base_url: str | None = field(default=None, metadata={"help": "The partner's OpenAI-compatible server."})
@@ -50,8 +57,8 @@ class CollabScriptArguments:
     out: str = field(default="uturn_collab", metadata={"help": "Output directory."})
 
     def __post_init__(self):
-        if self.task not in ("testbed", "file"):
-            raise ValueError(f"--task {self.task!r} is not one of testbed, file (with --data)")
+        if self.task not in ("testbed", "gsm8k", "file"):
+            raise ValueError(f"--task {self.task!r} is not one of testbed, gsm8k, file (with --data)")
         if self.task == "file" and self.data is None:
             raise ValueError("--task file needs --data TASKS.jsonl (format: uturn_train/collab/tasks.py)")
         if self.partner_base_url and self.partner in ("oracle", "self"):
@@ -108,8 +115,14 @@ def run_collab_job(args: CollabScriptArguments, settings: CollabSettings) -> dic
 
     from ..models import load_model, load_tokenizer
 
-    tasks = load_collab_tasks(args.data, settings.families, args.limit, oracle=args.partner == "oracle")
-    out = ensure_writable_dir(args.out)
+    if args.task == "gsm8k":  # drawn from the problems (a bad file fails here), kept beside the conversations
+        rows = gsm8k_collab_tasks(args.data)
+        out = ensure_writable_dir(args.out)
+        write_jsonl(out / "tasks.jsonl", rows)
+        tasks = load_collab_tasks(out / "tasks.jsonl", settings.families, args.limit, oracle=args.partner == "oracle")
+    else:
+        tasks = load_collab_tasks(args.data, settings.families, args.limit, oracle=args.partner == "oracle")
+        out = ensure_writable_dir(args.out)
     tokenizer = load_tokenizer(args.model)
     model = load_model(args.model, dtype=args.dtype, device="cuda" if torch.cuda.is_available() else "cpu")
     partner = make_partner(args, settings, model, tokenizer)
