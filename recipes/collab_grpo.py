@@ -1,4 +1,6 @@
-"""Collaboration GRPO: online RL on the **user** turn, rewarded by grounded follow-ups and kept honest by accuracy.
+"""Collaboration GRPO: online RL on the **user** turn, rewarded by grounded follow-ups and kept honest by accuracy; or,
+with `--objective collab`, on whole conversations with an oracle partner, rewarded by how they end
+(`uturn_train/training/collab_rl.py`: the policy plays the user in peer_check and the assistant in info_gap).
 
 The prompts are user-turn prompts, the conversation (query, then the policy's own answer, generated once before
 training, or the data's with `--prompt_setting heldout`) cut at the user header exactly as the probe builds them, and
@@ -14,6 +16,7 @@ and GSM8K-style correctness on the anchors; TRL logs each as `rewards/<name>/mea
 ```bash
 accelerate launch --config_file accelerate_configs/cpu.yaml recipes/collab_grpo.py --config recipes/testbed/collab_grpo.yaml
 accelerate launch --config_file accelerate_configs/cpu.yaml recipes/collab_grpo.py --config recipes/testbed/collab_grpo.yaml --loss_type dr_grpo --beta 0.04
+accelerate launch --config_file accelerate_configs/cpu.yaml recipes/collab_grpo.py --config recipes/testbed/collab_objective.yaml
 ```
 
 # Qwen3.5-2B with LoRA: one GPU (generation with transformers), or vLLM colocated / as a server
@@ -33,12 +36,14 @@ def main(training_args, model_args, probe_args, rl_args):
 
     from uturn_train import UserTurnProbeCallback
     from uturn_train.chat import role_header_starts, stop_strings
+    from uturn_train.collab import CollabSettings
     from uturn_train.distributed import gathered_if_zero3, keep_non_reentrant_checkpointing, never_replay_zero3_trace
     from uturn_train.models import load_model, load_tokenizer, lora_config
     from uturn_train.probe.history import report_probe_history
     from uturn_train.probe.labelers.judge import load_judge
     from uturn_train.probe.settings import labeler_for
     from uturn_train.tracking import wandb_offline_unless_logged_in
+    from uturn_train.training.collab_rl import CollabReward, CollabRollout, collab_rows, training_tasks
     from uturn_train.training.rewards import LengthGuard, UserTurnReward, accuracy
     from uturn_train.training.rl_data import grpo_rows, rl_examples
     from uturn_train.zoo import resolve
@@ -64,20 +69,32 @@ def main(training_args, model_args, probe_args, rl_args):
     state = training_args.distributed_state if training_args.world_size > 1 else None
     if not is_deepspeed_zero3_enabled():  # ZeRO-3 placed its partitions already
         model.to(training_args.device)
-    with gathered_if_zero3(model, whole=training_args.ds3_gather_for_generation):  # the answers, as the rollouts
-        rows = grpo_rows(model, tokenizer, examples, rl_args, state=state)
-    n_anchors = sum(r["kind"] == "anchor" for r in rows)
-    print(f"{len(rows) - n_anchors} user-turn prompts ({rl_args.prompt_setting} answers) and {n_anchors} anchor "
-          f"problems from {rl_args.prompt_source!r}")
-
-    judge = None
-    if labeler_for(rl_args.reward_labeler, rl_args.prompt_source) == "trained":
-        judge = load_judge(device=str(training_args.device))
-    rewards = [UserTurnReward(tokenizer, role_header_starts(tokenizer), judge), LengthGuard(rl_args.user_turn_budget),
-               accuracy]
+    rollout_func = None
+    if rl_args.objective == "collab":  # whole conversations with the oracle partner, rewarded by how they end
+        tasks = training_tasks(rl_args.prompt_source, rl_args.prompt_data, rl_args.prompt_limit,
+                               rl_args.collab_families, rl_args.prompt_seed)
+        rows = collab_rows(tokenizer, tasks, examples, rl_args.anchor_share, rl_args.prompt_seed)
+        settings = CollabSettings(families=rl_args.collab_families, max_turns=rl_args.collab_max_turns,
+                                  max_new_tokens=training_args.max_completion_length,
+                                  batch_size=training_args.per_device_train_batch_size)
+        rollout_func = CollabRollout(tokenizer, tasks, settings)
+        rewards = [CollabReward(rl_args.collab_turn_cost), accuracy]
+        print(f"{len(tasks)} collaboration tasks ({', '.join(rl_args.collab_families)}) and "
+              f"{len(rows) - len(tasks)} anchor problems from {rl_args.prompt_source!r}")
+    else:
+        with gathered_if_zero3(model, whole=training_args.ds3_gather_for_generation):  # the answers, as the rollouts
+            rows = grpo_rows(model, tokenizer, examples, rl_args, state=state)
+        n_anchors = sum(r["kind"] == "anchor" for r in rows)
+        print(f"{len(rows) - n_anchors} user-turn prompts ({rl_args.prompt_setting} answers) and {n_anchors} anchor "
+              f"problems from {rl_args.prompt_source!r}")
+        judge = None
+        if labeler_for(rl_args.reward_labeler, rl_args.prompt_source) == "trained":
+            judge = load_judge(device=str(training_args.device))
+        rewards = [UserTurnReward(tokenizer, role_header_starts(tokenizer), judge),
+                   LengthGuard(rl_args.user_turn_budget), accuracy]
     requested = dict(training_args.gradient_checkpointing_kwargs or {})  # TRL's trainer rewrites it
     trainer = GRPOTrainer(model=model, reward_funcs=rewards, args=training_args, train_dataset=Dataset.from_list(rows),
-                          processing_class=tokenizer, peft_config=lora_config(model_args))
+                          processing_class=tokenizer, peft_config=lora_config(model_args), rollout_func=rollout_func)
     trainer.add_callback(callback.bind(trainer))
     keep_non_reentrant_checkpointing(trainer, requested)  # ZeRO-3 + LoRA: see its docstring
     never_replay_zero3_trace(trainer)  # ZeRO-3: see its docstring

@@ -228,7 +228,7 @@ def _decode(model, prompts: list[list[int]], k: int, temperature: float, max_new
 def generate(
     model,
     tokenizer,
-    prompts: list[str],
+    prompts: list[str] | list[list[int]],
     *,
     max_new_tokens: int = 256,
     temperature: float = 0.0,
@@ -248,8 +248,9 @@ def generate(
     Args:
         model ([`~transformers.PreTrainedModel`]): causal LM (unwrapped from DDP/DeepSpeed by the caller).
         tokenizer ([`~transformers.PreTrainedTokenizerBase`]): its tokenizer.
-        prompts (`list[str]`): full prompt texts (e.g. from [`~uturn_train.chat.user_turn_prompt`]); they are
-            tokenized without special tokens, since a chat template already holds BOS.
+        prompts (`list[str]` or `list[list[int]]`): full prompt texts (e.g. from
+            [`~uturn_train.chat.user_turn_prompt`]), tokenized without special tokens since a chat template already
+            holds BOS; or their token ids (a multi-turn rollout that must train on exactly the ids it sampled from).
         max_new_tokens (`int`, *optional*, defaults to `256`): token limit per continuation.
         temperature (`float`, *optional*, defaults to `0.0`): `0` is greedy with one continuation per prompt; above
             `0`, plain temperature sampling (no top-k/top-p) with `num_samples` continuations per prompt.
@@ -295,7 +296,8 @@ def generate(
         text = tokenizer.decode(tokens[-tail:], skip_special_tokens=True)
         return any(s in text for s in string_stops)
 
-    encoded = tokenizer(prompts, add_special_tokens=False)["input_ids"]
+    encoded = [list(p) for p in prompts] if not isinstance(prompts[0], str) else \
+        tokenizer(prompts, add_special_tokens=False)["input_ids"]
     for i, ids in enumerate(encoded):
         if not ids:
             raise ValueError(f"prompt {i} is empty: render it with the chat template first")

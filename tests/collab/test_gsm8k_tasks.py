@@ -35,7 +35,7 @@ def test_a_slip_is_carried_through_every_later_step_to_a_wrong_answer():
     example = Example("gsm8k-7", QUERY, gold="260", meta={"solution": SOLUTION})
     slipped = set()
     for seed in range(20):
-        task = peer_check_task(example, 7, random.Random(seed), wrong=True)
+        task = peer_check_task(example, "gsm8k-7", random.Random(seed), wrong=True)
         o, shown = task["oracle"], task["messages"][1]["content"]
         assert "<<" not in shown and task["answer_right"] is False
         lines = shown.split("\n")
@@ -57,14 +57,14 @@ def test_a_slip_is_carried_through_every_later_step_to_a_wrong_answer():
 
 
 def test_a_right_answer_is_the_solution_without_its_marks():
-    task = peer_check_task(DUCKS, 0, random.Random(0), wrong=False)
+    task = peer_check_task(DUCKS, "gsm8k-0", random.Random(0), wrong=False)
     assert task["messages"][1]["content"] == ("Janet sells 16 - 3 - 4 = 9 duck eggs a day.\nShe makes 9 * 2 = $18 "
                                               "every day at the farmer's market.\n#### 18")
     assert task["oracle"] == {"wrong_step": None, "solution": task["messages"][1]["content"]}
 
 
 def test_info_gap_leaves_out_a_number_the_solution_uses_and_reveals_its_sentence():
-    task = info_gap_task(DUCKS, 0, random.Random(0))
+    task = info_gap_task(DUCKS, "gsm8k-0", random.Random(0))
     question = task["messages"][0]["content"]
     # 16 is the only number that can go: "$2" follows a dollar sign, "three" and "four" are words.
     assert question.startswith("Janet's ducks lay some eggs per day.") and "16" not in question
@@ -74,14 +74,14 @@ def test_info_gap_leaves_out_a_number_the_solution_uses_and_reveals_its_sentence
 def test_problems_without_clean_marks_give_no_task():
     bad = Example("gsm8k-1", "A robe takes 2 bolts of fiber. How many?", gold="3",
                   meta={"solution": "It takes 2/2=<<2/2=1>>1 bolt\nSo 2+1 is 3 bolts\n#### 3"})
-    assert peer_check_task(bad, 1, random.Random(0), wrong=True) is None
-    assert info_gap_task(bad, 1, random.Random(0)) is None
+    assert peer_check_task(bad, "gsm8k-1", random.Random(0), wrong=True) is None
+    assert info_gap_task(bad, "gsm8k-1", random.Random(0)) is None
     with pytest.raises(ValueError, match="not a calculator expression"):
         evaluate("2**3")
 
 
 def test_the_oracle_fixes_a_slip_a_user_questions(tmp_path):
-    rows = [peer_check_task(Example("gsm8k-7", QUERY, gold="260", meta={"solution": SOLUTION}), 7,
+    rows = [peer_check_task(Example("gsm8k-7", QUERY, gold="260", meta={"solution": SOLUTION}), "gsm8k-7",
                             random.Random(1), wrong=True)]
     path = tmp_path / "tasks.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))

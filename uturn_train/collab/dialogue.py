@@ -13,7 +13,7 @@ that started from a wrong answer, where only the user's reaction can bring succe
 import time
 from dataclasses import dataclass, field
 
-from ..chat import answer_prompt, user_turn_prompt
+from ..chat import answer_prompt, stop_strings, user_turn_prompt
 from ..generation import generate
 from ..probe.metrics import wilson_interval
 from ..tasks.gsm8k import extract_answer, is_correct
@@ -76,6 +76,12 @@ class _Conversation:
     questions: int = 0
     ended: str | None = None  # answered, partner_ended, max_turns or error
     error: str | None = None
+    # With `trace` (online RL): the token ids the model read and wrote, in one sequence that grows by appending, and
+    # 1 on the tokens the model itself sampled; `model_end` is where its last turn ends.
+    ids: list[int] = field(default_factory=list)
+    mask: list[int] = field(default_factory=list)
+    prompt_tokens: int = 0
+    model_end: int = 0
 
 
 def _final(c: _Conversation) -> str | None:
@@ -92,10 +98,15 @@ def _final(c: _Conversation) -> str | None:
 def _record(c: _Conversation) -> dict:
     final = _final(c)
     success = None if c.error else final is not None and is_correct(final, c.task.gold)
-    return {"id": c.task.id, "family": c.task.family, "success": success, "turns": c.turns, "tokens": c.tokens,
-            "questions": c.questions, "ended": c.ended, "error": c.error, "gold": c.task.gold,
-            "final_answer": extract_answer(final) if final else None, "answer_right": c.task.answer_right,
-            "messages": c.messages}
+    record = {"id": c.task.id, "family": c.task.family, "success": success, "turns": c.turns, "tokens": c.tokens,
+              "questions": c.questions, "ended": c.ended, "error": c.error, "gold": c.task.gold,
+              "final_answer": extract_answer(final) if final else None, "answer_right": c.task.answer_right,
+              "messages": c.messages}
+    if c.ids:
+        end = c.model_end
+        record["trace"] = {"prompt_ids": c.ids[: c.prompt_tokens], "completion_ids": c.ids[c.prompt_tokens: end],
+                           "env_mask": c.mask[c.prompt_tokens: end]}
+    return record
 
 
 def _rate(records: list[dict]) -> dict:
@@ -142,8 +153,55 @@ def _prompt(tokenizer, c: _Conversation) -> str:
     return render(tokenizer, c.messages)
 
 
+class _Tracer:
+    """Keeps each conversation as one growing token sequence (`trace=True`), as online RL trains on it.
+
+    The model's next turn is sampled after exactly that sequence, not after the template's rendering of the messages
+    so far: a template may render history otherwise than the prompt it was sampled from (Qwen3.5 drops the empty
+    `<think></think>` block of earlier assistant turns), and the policy must be trained on the context it sampled in.
+    The partner's turn enters as the template renders it: the text between the end of the model's turn and the next
+    header, read off the template's rendering of the conversation with the partner's message last.
+    """
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+        self.end = stop_strings(tokenizer)[0]
+        self.end_id = tokenizer.get_added_vocab().get(self.end)
+        if self.end_id is None:
+            raise ValueError(f"the chat template of {tokenizer.name_or_path!r} ends turns with plain text "
+                             f"{self.end!r}, not a special token: a rollout cannot be kept as token ids")
+
+    def _ids(self, text: str) -> list[int]:
+        return self.tokenizer(text, add_special_tokens=False).input_ids
+
+    def open(self, c: _Conversation) -> None:
+        c.ids = self._ids(_prompt(self.tokenizer, c))
+        c.mask, c.prompt_tokens = [0] * len(c.ids), len(c.ids)
+
+    def model_turn(self, c: _Conversation, g) -> None:
+        """The sampled ids and the end token that ended them (the model's); a turn cut by the token limit or a role
+        header is closed with the end of turn, which the model did not write."""
+        added = self.tokenizer.get_added_vocab()
+        stop = added.get(g.stop) if g.stop else None
+        ids = list(g.token_ids) + ([stop] if stop is not None else [])
+        c.ids, c.mask = c.ids + ids, c.mask + [1] * len(ids)
+        if stop != self.end_id:
+            c.ids, c.mask = c.ids + [self.end_id], c.mask + [0]
+        c.model_end = len(c.ids)
+
+    def partner_turn(self, c: _Conversation) -> None:
+        rendered, content = _prompt(self.tokenizer, c), c.messages[-1]["content"]
+        at = rendered.rfind(content)
+        start = rendered.rfind(self.end, 0, at) if at > 0 else -1
+        if start < 0:
+            raise ValueError(f"the chat template of {self.tokenizer.name_or_path!r} does not render the partner's "
+                             f"message as written ({content[:60]!r}): a rollout cannot append it")
+        ids = self._ids(rendered[start + len(self.end):])
+        c.ids, c.mask = c.ids + ids, c.mask + [0] * len(ids)
+
+
 def run_collab(model, tokenizer, tasks: list[CollabTask], partner, settings: CollabSettings | None = None, *,
-               client=None, disable_progress: bool = False) -> CollabRun:
+               client=None, disable_progress: bool = False, trace: bool = False) -> CollabRun:
     """Hold every task's conversation between `model` (or `client`, a server serving it) and `partner`.
 
     Args:
@@ -154,6 +212,9 @@ def run_collab(model, tokenizer, tasks: list[CollabTask], partner, settings: Col
         settings ([`CollabSettings`], *optional*): decoding and turn limit.
         client ([`~uturn_train.server.CompletionsClient`], *optional*): generate the model's turns on a server.
         disable_progress (`bool`, *optional*): hide the progress bars (rounds, and each round's batches).
+        trace (`bool`, *optional*): keep each conversation as token ids for online RL (a record's `trace`:
+            `prompt_ids`, then `completion_ids` up to the end of the model's last turn and `env_mask`, 1 on the
+            tokens the model sampled; see [`_Tracer`]). Local models only.
     """
     from tqdm.auto import tqdm
 
@@ -161,6 +222,12 @@ def run_collab(model, tokenizer, tasks: list[CollabTask], partner, settings: Col
     settings = settings or CollabSettings()
     tasks = [t for t in tasks if t.family in settings.families]
     conversations = [_Conversation(t, [dict(m) for m in t.messages]) for t in tasks]
+    tracer = _Tracer(tokenizer) if trace else None
+    if tracer is not None:
+        if client is not None:
+            raise ValueError("trace keeps the sampled token ids, which a server does not return: use a local model")
+        for c in conversations:
+            tracer.open(c)
     rounds = tqdm(range(settings.max_turns), desc="collaboration", disable=disable_progress, unit="round")
     for round_index in rounds:
         active = [c for c in conversations if c.ended is None]
@@ -169,7 +236,7 @@ def run_collab(model, tokenizer, tasks: list[CollabTask], partner, settings: Col
         kwargs = {"max_new_tokens": settings.max_new_tokens, "temperature": settings.temperature,
                   "seed": settings.seed + round_index, "desc": f"round {round_index + 1}: the model's turns",
                   "disable_progress": disable_progress}
-        prompts = [_prompt(tokenizer, c) for c in active]
+        prompts = [c.ids if tracer else _prompt(tokenizer, c) for c in active]
         outs = client.generate(prompts, **kwargs) if client is not None else \
             generate(model, tokenizer, prompts, batch_size=settings.batch_size, **kwargs)
         for c, (g,) in zip(active, outs):
@@ -178,6 +245,8 @@ def run_collab(model, tokenizer, tasks: list[CollabTask], partner, settings: Col
                 continue
             turn = g.text.strip()
             c.messages.append({"role": c.task.model_role, "content": turn})
+            if tracer is not None:
+                tracer.model_turn(c, g)
             c.turns, c.tokens, c.questions = c.turns + 1, c.tokens + g.completion_tokens, c.questions + ("?" in turn)
             if c.task.family == "info_gap" and not is_question(turn):
                 c.ended = "answered"
@@ -193,6 +262,8 @@ def run_collab(model, tokenizer, tasks: list[CollabTask], partner, settings: Col
             else:
                 c.messages.append({"role": "user" if c.task.model_role == "assistant" else "assistant",
                                    "content": r.text.strip()})
+                if tracer is not None and c.turns < settings.max_turns:  # no model turn follows the last reply
+                    tracer.partner_turn(c)
                 if c.turns == settings.max_turns:
                     c.ended = "max_turns"
         rounds.set_postfix(open=sum(c.ended is None for c in conversations))

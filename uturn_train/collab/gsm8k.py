@@ -113,7 +113,7 @@ def _carry(lines: list[str], j: int, delta: int, avoid: set[str]) -> tuple[list[
     return out, list(changed.values())
 
 
-def peer_check_task(example, index: int, rng: random.Random, wrong: bool) -> dict | None:
+def peer_check_task(example, name: str, rng: random.Random, wrong: bool) -> dict | None:
     lines = _steps(example.meta["solution"])
     if lines is None:
         return None
@@ -140,7 +140,7 @@ def peer_check_task(example, index: int, rng: random.Random, wrong: bool) -> dic
             wrong_step=j, values=values, operands=_NUMBER.findall(expr.replace(",", "")), ordinal=ORDINALS[j],
             fix=f"Let me redo the {ORDINALS[j]} step: {expr} = {good}, not {bad}. I made a mistake there. "
                 f"The correct solution:\n{right}")
-    return {"id": f"gsm8k-{index}-peer_check", "family": "peer_check", "gold": example.gold, "answer_right": not wrong,
+    return {"id": f"{name}-peer_check", "family": "peer_check", "gold": example.gold, "answer_right": not wrong,
             "messages": [{"role": "user", "content": example.query}, {"role": "assistant", "content": shown}],
             "oracle": oracle}
 
@@ -169,7 +169,7 @@ def _gap(question: str, solution: str, rng: random.Random) -> tuple[str, str] | 
     return rng.choice(options) if options else None
 
 
-def info_gap_task(example, index: int, rng: random.Random) -> dict | None:
+def info_gap_task(example, name: str, rng: random.Random) -> dict | None:
     if _steps(example.meta["solution"]) is None:
         return None
     gap = _gap(example.query, example.meta["solution"], rng)
@@ -179,20 +179,22 @@ def info_gap_task(example, index: int, rng: random.Random) -> dict | None:
     brief = (f"You are a user who needs help with a math problem. The whole problem is: {example.query} "
              f"You only wrote: {question} If the assistant asks for what is missing, tell it ({reveal}) in one short "
              "sentence. Never solve the problem yourself.")
-    return {"id": f"gsm8k-{index}-info_gap", "family": "info_gap", "gold": example.gold,
+    return {"id": f"{name}-info_gap", "family": "info_gap", "gold": example.gold,
             "messages": [{"role": "user", "content": question}], "brief": brief, "oracle": {"reveal": reveal}}
 
 
-def gsm8k_collab_tasks(data: str | None = None, seed: int = 0, wrong_share: float = 0.5,
-                       option: str = "--data") -> list[dict]:
-    """Per GSM8K test problem (the hub's test split, or `data`, a local file in its format) an info_gap task and a
-    peer_check task where each can be made; seeded, so every model meets the same tasks."""
+def gsm8k_collab_tasks(data: str | None = None, seed: int = 0, wrong_share: float = 0.5, split: str = "test",
+                       limit: int | None = None, option: str = "--data") -> list[dict]:
+    """Per GSM8K problem (the hub's `split`, or `data`, a local file in its format; the first `limit`) an info_gap
+    task and a peer_check task where each can be made; seeded, so every model meets the same tasks. Online RL takes
+    `split="train"` (ids `gsm8k-train-<i>-<family>`): the test split is what `uturn collab` measures."""
     rng = random.Random(seed)
+    prefix = "gsm8k" if split == "test" else f"gsm8k-{split}"
     rows = []
-    for index, example in enumerate(load_task("gsm8k", data, data_option=option)):
-        if (task := info_gap_task(example, index, rng)) is not None:
+    for index, example in enumerate(load_task("gsm8k", data, limit=limit, split=split, data_option=option)):
+        if (task := info_gap_task(example, f"{prefix}-{index}", rng)) is not None:
             rows.append(task)
-        if (task := peer_check_task(example, index, rng, wrong=rng.random() < wrong_share)) is not None:
+        if (task := peer_check_task(example, f"{prefix}-{index}", rng, wrong=rng.random() < wrong_share)) is not None:
             rows.append(task)
     if not rows:
         raise ValueError(f"{option} {data}: no problem gave a collaboration task (each needs a solution with "

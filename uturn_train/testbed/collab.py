@@ -23,7 +23,7 @@ from pathlib import Path
 from ..io import read_jsonl, write_jsonl
 from .build import make_heldout
 from .turns import ORDINAL, capitalize
-from .world import Problem, Step
+from .world import Problem, Step, sample_problem
 
 COLLAB_FILE = "collab.jsonl"
 # A number can be left out where "some" reads as English: before a noun, not after `$` ("$some each") or "another".
@@ -126,6 +126,22 @@ def collab_tasks(problems: list[Problem], seed: int = 0, wrong_share: float = 0.
         if (task := info_gap_task(problem, index, rng)) is not None:
             rows.append(task)
         rows.append(peer_check_task(problem, index, rng, wrong=rng.random() < wrong_share))
+    return rows
+
+
+def training_collab_tasks(testbed: Path, n: int, seed: int = 0) -> list[dict]:
+    """Collaboration tasks for online RL (`recipes/collab_grpo.py`, `objective: collab`) from `n` problems of the
+    world drawn with `seed`, none of the build's held-out ones (their keys), so that what `uturn collab` and the
+    callback measure stays unseen; ids `testbed-train-<i>-<family>`."""
+    rng = random.Random(seed)
+    avoid = {p.key for p in heldout_problems(testbed)}
+    problems = []
+    while len(problems) < n:
+        if (problem := sample_problem(rng)).key not in avoid:
+            problems.append(problem)
+    rows = collab_tasks(problems, seed=seed)
+    for row in rows:
+        row["id"] = row["id"].replace("testbed-", "testbed-train-", 1)
     return rows
 
 

@@ -12,6 +12,7 @@ import random
 from dataclasses import dataclass, field
 
 from ..chat import answer_prompt, user_turn_prompt
+from ..collab.tasks import FAMILIES
 from ..probe.rules.grounding import CONTROLS, derangement
 from ..probe.settings import OFFLINE_LABELERS
 from ..tasks.base import Example
@@ -34,6 +35,13 @@ class RLArguments:
             lowers its reward (to -1 at twice the budget).
         reward_labeler (`str`, *optional*, defaults to `"auto"`): who decides the user-turn reward: `rules`, `trained`
             (the trained judge) or `auto` (the rules on the testbed, the judge on every other source).
+        objective (`str`, *optional*, defaults to `"user_turn"`): `user_turn` (one user turn after an answer, rewarded
+            by the probe's verdict) or `collab` (whole conversations with the oracle partner, rewarded by how they end;
+            `uturn_train/training/collab_rl.py`; prompt_source `testbed` or `gsm8k`, `prompt_limit` problems).
+        collab_families (`list[str]`, *optional*, defaults to both): the collaboration families trained on.
+        collab_max_turns (`int`, *optional*, defaults to `3`): the policy's turns per conversation.
+        collab_turn_cost (`float`, *optional*, defaults to `0.1`): subtracted from the reward per policy turn after
+            the first.
     """
 
     prompt_source: str = field(default="testbed", metadata={"help": "testbed, gsm8k, oasst or conversations."})
@@ -46,6 +54,13 @@ class RLArguments:
     user_turn_budget: int = field(default=48, metadata={"help": "User-turn tokens before the length guard bites."})
     reward_labeler: str = field(default="auto", metadata={
         "help": "auto (rules on the testbed, the trained judge elsewhere), rules or trained."})
+    objective: str = field(default="user_turn", metadata={
+        "help": "user_turn (one user turn, the probe's verdict) or collab (whole conversations, their success)."})
+    collab_families: list[str] = field(default_factory=lambda: ["info_gap", "peer_check"],
+                                       metadata={"help": "Collaboration families trained on (objective collab)."})
+    collab_max_turns: int = field(default=3, metadata={"help": "Policy turns per conversation (objective collab)."})
+    collab_turn_cost: float = field(default=0.1, metadata={
+        "help": "Reward lost per policy turn after the first (objective collab)."})
 
     def __post_init__(self):
         check_source(self.prompt_source, self.prompt_data, option="prompt")
@@ -58,6 +73,17 @@ class RLArguments:
                              "is not offered as a reward: every rollout would be a request)")
         if self.user_turn_budget < 1:
             raise ValueError(f"user_turn_budget must be >= 1, got {self.user_turn_budget}")
+        if self.objective not in ("user_turn", "collab"):
+            raise ValueError(f"objective {self.objective!r} is not one of ('user_turn', 'collab')")
+        if self.objective == "collab":
+            if self.prompt_source not in ("testbed", "gsm8k"):
+                raise ValueError(f"objective `collab` takes prompt_source testbed or gsm8k (problems the oracle can "
+                                 f"play), not {self.prompt_source!r}")
+            if not self.collab_families or any(f not in FAMILIES for f in self.collab_families):
+                raise ValueError(f"collab_families {self.collab_families}: choose among {', '.join(FAMILIES)}")
+            if self.collab_max_turns < 1 or not 0 <= self.collab_turn_cost < 1:
+                raise ValueError(f"collab_max_turns must be >= 1 and collab_turn_cost in [0, 1), got "
+                                 f"{self.collab_max_turns} and {self.collab_turn_cost}")
 
 
 def rl_examples(args: RLArguments) -> list[Example]:

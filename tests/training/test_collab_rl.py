@@ -1,0 +1,117 @@
+"""The collaboration objective: conversations kept as the token ids the policy sampled, their reward, and a GRPO run."""
+
+import json
+
+import pytest
+from helpers import ARITHMETIC, ROOT, load_recipe
+
+from uturn_train.collab import CollabSettings, OraclePartner, dialogue, run_collab
+from uturn_train.collab.tasks import CollabTask
+from uturn_train.generation import Generation
+from uturn_train.training.collab_rl import CollabReward, collab_rows, opening_prompt, training_tasks
+
+INFO_GAP = CollabTask("t-info_gap", "info_gap", "5", [{"role": "user", "content": "Mia buys some pens at $2 each and "
+                      "pays $10. How many pens did she buy?"}], oracle={"reveal": "The number of pens is 5."})
+
+
+def scripted(tokenizer, turns: list[str], seen: list):
+    """A stand-in for the engine that writes `turns` in order (one per round) and records the prompts it was given."""
+    def generate(model, tok, prompts, **kwargs):
+        seen.append([list(p) for p in prompts])
+        text = turns[len(seen) - 1]
+        ids = tokenizer(text, add_special_tokens=False).input_ids
+        return [[Generation(text, "stop", "<|im_end|>", len(p), len(ids), token_ids=tuple(ids))] for p in prompts]
+    return generate
+
+
+def test_a_traced_conversation_is_the_ids_the_policy_sampled_from(monkeypatch):
+    from helpers import tiny
+
+    tokenizer = tiny.qwen_tokenizer()
+    seen = []
+    turns = ["How many pens?", "She bought 5 pens. #### 5"]
+    monkeypatch.setattr(dialogue, "generate", scripted(tokenizer, turns, seen))
+    run = run_collab(None, tokenizer, [INFO_GAP], OraclePartner(), CollabSettings(), trace=True,
+                     disable_progress=True)
+    (record,) = run.conversations
+    assert record["success"] is True and record["turns"] == 2 and record["ended"] == "answered"
+    trace = record["trace"]
+    prompt, completion, mask = trace["prompt_ids"], trace["completion_ids"], trace["env_mask"]
+    assert prompt == tokenizer(opening_prompt(tokenizer, INFO_GAP), add_special_tokens=False).input_ids
+    # Each turn was sampled after exactly the ids that precede it in the sequence: the second after the first turn,
+    # its end and the partner's reply as the template renders it.
+    assert seen[0] == [prompt]
+    first = len(tokenizer("How many pens?", add_special_tokens=False).input_ids) + 1
+    assert seen[1][0] == (prompt + completion)[: len(seen[1][0])] and len(seen[1][0]) > len(prompt) + first
+    text = tokenizer.decode(completion)
+    assert text.startswith("How many pens?<|im_end|>\n<|im_start|>user\nThe number of pens is 5.<|im_end|>\n"
+                           "<|im_start|>assistant\n")
+    assert text.endswith("She bought 5 pens. #### 5<|im_end|>")
+    # The loss sees the policy's own tokens (and the end tokens it sampled), never the partner's or the template's.
+    own = [t for t, m in zip(completion, mask) if m]
+    assert tokenizer.decode(own) == "How many pens?<|im_end|>She bought 5 pens. #### 5<|im_end|>"
+    assert len(mask) == len(completion) and sum(mask) == len(own) < len(completion)
+
+
+def test_reward_is_success_less_a_cost_per_extra_turn():
+    reward = CollabReward(turn_cost=0.1)
+    got = reward(completions=["a", "b", "c", "d"], kind=["collab", "collab", "collab", "anchor"],
+                 collab_success=[True, True, False, None], collab_turns=[1, 2, 3, None])
+    assert got[:3] == [1.0, pytest.approx(0.9), pytest.approx(-0.2)] and got[3] is None
+    with pytest.raises(ValueError, match="collab_turn_cost"):
+        CollabReward(turn_cost=1.0)
+
+
+def test_training_tasks_are_never_the_measured_ones(shared_data):
+    from uturn_train.collab.gsm8k import gsm8k_collab_tasks
+
+    train = training_tasks("gsm8k", str(shared_data / "gsm8k" / "train.jsonl"), 20, ["info_gap", "peer_check"], 0)
+    test = gsm8k_collab_tasks(str(shared_data / "gsm8k" / "test.jsonl"))
+    assert all(t.id.startswith("gsm8k-train-") for t in train)
+    assert not {t.messages[0]["content"] for t in train} & {r["messages"][0]["content"] for r in test}
+    with pytest.raises(ValueError, match="prompt_source testbed or gsm8k"):
+        training_tasks("oasst", None, 20, ["info_gap"], 0)
+
+
+def test_rows_hold_the_anchor_share():
+    from helpers import tiny
+
+    from uturn_train.tasks import load_task
+
+    tokenizer = tiny.qwen_tokenizer()
+    tasks = [INFO_GAP] * 8
+    rows = collab_rows(tokenizer, tasks, list(load_task("gsm8k", str(ARITHMETIC))), 0.2, seed=0)
+    assert sum(r["kind"] == "anchor" for r in rows) == 2 and sum(r["kind"] == "collab" for r in rows) == 8
+    with pytest.raises(ValueError, match="lower anchor_share or raise prompt_limit"):
+        collab_rows(tokenizer, tasks * 4, list(load_task("gsm8k", str(ARITHMETIC))), 0.5, seed=0)
+
+
+def test_collab_objective_trains_through_trls_rollout_func(tiny_qwen_dir, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    from uturn_train.collab.gsm8k import gsm8k_collab_tasks
+    from uturn_train.io import write_jsonl
+
+    probe_tasks = tmp_path / "collab.jsonl"
+    write_jsonl(probe_tasks, gsm8k_collab_tasks(str(ARITHMETIC)))
+    recipe = load_recipe("collab_grpo")
+    out = tmp_path / "grpo"
+    args = recipe.make_parser().parse_args_and_config([
+        "--config", str(ROOT / "recipes" / "testbed" / "collab_objective.yaml"), "--model_name_or_path",
+        str(tiny_qwen_dir), "--output_dir", str(out), "--report_to", "none", "--probe_task", "gsm8k",
+        "--probe_data", str(ARITHMETIC), "--probe_labeler", "rules", "--probe_limit", "2", "--probe_samples", "2",
+        "--probe_max_new_tokens", "8", "--probe_answer_max_new_tokens", "8", "--probe_collab", str(probe_tasks),
+        "--probe_collab_limit", "2", "--prompt_source", "gsm8k", "--prompt_data", str(ARITHMETIC),
+        "--prompt_limit", "6", "--anchor_share", "0.2", "--num_generations", "2", "--per_device_train_batch_size", "4",
+        "--max_completion_length", "8", "--max_steps", "2", "--save_steps", "2", "--logging_steps", "1"])
+    recipe.main(*args)
+    printed = capsys.readouterr().out
+    tasks = len(gsm8k_collab_tasks(str(ARITHMETIC), split="train"))
+    assert f"{tasks} collaboration tasks (info_gap, peer_check) and " in printed
+    state = json.loads((out / "checkpoint-2" / "trainer_state.json").read_text())
+    steps = [h for h in state["log_history"] if "rewards/collab_success/mean" in h]
+    assert len(steps) == 2
+    for h in steps:
+        # Only the policy's own tokens count as its completion (8 per turn at most, 3 turns).
+        assert 1 <= h["completions/max_length"] <= 3 * 9
+        assert -0.2 <= h["rewards/collab_success/mean"] <= 1.0
+    assert any("collab/success_rate/peer_check" in h for h in state["log_history"])  # the held-out tasks, probed

@@ -1,0 +1,148 @@
+"""The collaboration objective of online RL (`recipes/collab_grpo.py`, `objective: collab`): whole conversations with
+the oracle partner, rewarded by how they end.
+
+CollabLLM's idea (a multiturn-aware reward: roll the conversation forward with a simulated partner and reward the
+outcome), cheaply: the partner is the oracle of `uturn_train.collab` (the task's own lines, no model), and the
+conversation is the rollout. Through TRL's `rollout_func`: GRPOTrainer hands [`CollabRollout`] the batch's prompts (each
+`num_generations` times), it holds every task's conversation with the policy sampling its turns
+([`~uturn_train.collab.dialogue.run_collab`] with `trace`), and returns one token sequence per conversation: the
+opening prompt, then every turn up to the end of the policy's last one, with `env_mask` 1 on the tokens the policy
+sampled (the loss) and 0 on the partner's and the template's. The policy plays the user in peer_check (question the
+answer, or thank and move on) and the assistant in info_gap (ask for the missing number, or guess).
+
+Reward ([`CollabReward`]): 1 when the conversation ends right (info_gap: the policy's answer is the gold one;
+peer_check: the pair's final answer is), 0 otherwise, minus `collab_turn_cost` per policy turn after the first
+(CollabLLM's efficiency cost, in turns rather than tokens: a conversation that asks and then answers right earns 0.9 at
+the default 0.1, a lucky guess 1.0, a wrong one 0). Anchors (`anchor_share`) are ordinary problems, one turn, rewarded
+by `rewards.accuracy` as in the user-turn objective.
+
+Training tasks are never the measured ones: the testbed's come from world problems drawn apart from its held-out keys
+(`testbed.collab.training_collab_tasks`), GSM8K's from its train split (`collab.gsm8k.gsm8k_collab_tasks`).
+"""
+
+import random
+from dataclasses import replace
+from pathlib import Path
+
+from ..chat import answer_prompt, user_turn_prompt
+from ..collab.dialogue import CollabSettings, run_collab
+from ..collab.partners import OraclePartner
+from ..collab.tasks import CollabTask
+from ..generation import generate
+
+
+def opening_prompt(tokenizer, task: CollabTask) -> str:
+    """The prompt of the policy's first turn, as `uturn collab` renders it."""
+    render = answer_prompt if task.model_role == "assistant" else user_turn_prompt
+    return render(tokenizer, task.messages)
+
+
+def training_tasks(source: str, data: str | None, limit: int, families: list[str], seed: int) -> list[CollabTask]:
+    """The collaboration tasks RL trains on: `limit` problems' worth of the `families`, from the testbed's world
+    (`data`: the built testbed's `conversations.jsonl`, as the recipes fill it in) or GSM8K's train split."""
+    from ..collab.gsm8k import gsm8k_collab_tasks
+
+    if source == "testbed":
+        from ..testbed.collab import training_collab_tasks
+
+        if not data:
+            raise ValueError("objective `collab` on the testbed needs the built testbed: the recipes fill in "
+                             "prompt_data (see `uturn_train.testbed.resolve`)")
+        rows = training_collab_tasks(Path(data).parent, limit, seed=seed)
+    elif source == "gsm8k":
+        rows = gsm8k_collab_tasks(data, seed=seed, split="train", limit=limit, option="--prompt_data")
+    else:
+        raise ValueError(f"objective `collab` takes prompt_source testbed or gsm8k (problems with oracle lines), "
+                         f"not {source!r}")
+    tasks = [CollabTask(r["id"], r["family"], r["gold"], r["messages"], r.get("oracle"), r.get("brief"),
+                     r.get("answer_right")) for r in rows if r["family"] in families]
+    if not tasks:
+        raise ValueError(f"prompt_source {source!r} gave no {' or '.join(families)} task")
+    return tasks
+
+
+def collab_rows(tokenizer, tasks: list[CollabTask], examples: list, anchor_share: float, seed: int) -> list[dict]:
+    """The RL data set: a row per task (`kind` `collab`) and per anchor problem (`kind` `anchor`, drawn among the
+    `examples` with a gold answer so that they are `anchor_share` of the rows), shuffled."""
+    rng = random.Random(seed)
+    graded = [ex for ex in examples if ex.gold is not None]
+    n = round(anchor_share / (1 - anchor_share) * len(tasks))
+    if n > len(graded):
+        raise ValueError(f"anchor_share {anchor_share} asks for {n} anchor problems beside {len(tasks)} tasks, but "
+                         f"only {len(graded)} prompts have a gold answer: lower anchor_share or raise prompt_limit")
+    anchors = rng.sample(graded, n)
+    rows = [{"prompt": opening_prompt(tokenizer, t), "kind": "collab", "id": t.id, "family": t.family, "gold": t.gold}
+            for t in tasks]
+    rows += [{"prompt": answer_prompt(tokenizer, [{"role": "user", "content": ex.query}]), "kind": "anchor",
+              "id": ex.id, "family": None, "gold": ex.gold} for ex in anchors]
+    rng.shuffle(rows)
+    return rows
+
+
+class CollabRollout:
+    """TRL's `rollout_func` for the collaboration objective (see the module docstring).
+
+    Args:
+        tokenizer: the policy's tokenizer (its template's end of turn must be a special token).
+        tasks (`list[CollabTask]`): the tasks, found again by their opening prompt.
+        settings ([`CollabSettings`]): turns and token limit per policy turn; the temperature and seed are the
+            trainer's (`temperature`; the seed moves with the step and the process).
+    """
+
+    def __init__(self, tokenizer, tasks: list[CollabTask], settings: CollabSettings):
+        self.tokenizer, self.settings = tokenizer, settings
+        self.tasks = {}
+        for t in tasks:  # two tasks that open alike are the same conversation to the policy: the first is kept
+            self.tasks.setdefault(opening_prompt(tokenizer, t), t)
+
+    def __call__(self, prompts: list[str], trainer) -> dict:
+        from trl.models import unwrap_model_for_generation
+
+        args = trainer.args
+        seed = args.seed + 7919 * trainer.state.global_step + 104729 * trainer.accelerator.process_index
+        settings = replace(self.settings, temperature=args.temperature, seed=seed)
+        collab = [i for i, p in enumerate(prompts) if p in self.tasks]
+        anchors = [i for i, p in enumerate(prompts) if p not in self.tasks]
+        out = {"prompt_ids": [None] * len(prompts), "completion_ids": [None] * len(prompts),
+               "env_mask": [None] * len(prompts), "logprobs": None, "collab_success": [None] * len(prompts),
+               "collab_turns": [None] * len(prompts)}
+        with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator,
+                                         gather_deepspeed3_params=args.ds3_gather_for_generation,
+                                         gradient_checkpointing_kwargs=args.gradient_checkpointing_kwargs) as model:
+            if collab:
+                run = run_collab(model, self.tokenizer, [self.tasks[prompts[i]] for i in collab], OraclePartner(),
+                                 settings, disable_progress=True, trace=True)
+                for i, record in zip(collab, run.conversations):
+                    trace = record["trace"]
+                    out["prompt_ids"][i], out["completion_ids"][i] = trace["prompt_ids"], trace["completion_ids"]
+                    out["env_mask"][i] = trace["env_mask"]
+                    out["collab_success"][i], out["collab_turns"][i] = bool(record["success"]), record["turns"]
+            if anchors:
+                self._anchors(model, prompts, anchors, settings, args.max_completion_length, out)
+        return out
+
+    def _anchors(self, model, prompts, rows, settings, max_new_tokens, out) -> None:
+        end = self.tokenizer.get_added_vocab()
+        outs = generate(model, self.tokenizer, [prompts[i] for i in rows], max_new_tokens=max_new_tokens,
+                        temperature=settings.temperature, batch_size=settings.batch_size, seed=settings.seed,
+                        disable_progress=True)
+        for i, (g,) in zip(rows, outs):
+            ids = list(g.token_ids) + ([end[g.stop]] if g.stop in end else [])
+            out["prompt_ids"][i] = self.tokenizer(prompts[i], add_special_tokens=False).input_ids
+            out["completion_ids"][i], out["env_mask"][i] = ids, [1] * len(ids)
+
+
+class CollabReward:
+    """1 for a conversation that ended right, else 0, minus `turn_cost` per policy turn after the first; None for
+    anchors. Reads the rollout's `collab_success` and `collab_turns`."""
+
+    __name__ = "collab_success"  # TRL logs it as rewards/collab_success/mean
+
+    def __init__(self, turn_cost: float = 0.1):
+        if not 0 <= turn_cost < 1:
+            raise ValueError(f"collab_turn_cost must be in [0, 1), got {turn_cost}")
+        self.turn_cost = turn_cost
+
+    def __call__(self, completions, kind, collab_success=None, collab_turns=None, **kwargs):
+        return [None if k != "collab" else float(s) - self.turn_cost * (t - 1)
+                for k, s, t in zip(kind, collab_success, collab_turns)]
