@@ -139,3 +139,12 @@ def test_uturn_collab_task_gsm8k_writes_the_tasks_it_drew(shared_data, tiny_qwen
         cli_main(["collab", "--model", str(tiny_qwen_dir), "--task", "gsm8k", "--data", str(bad), "--out",
                   str(tmp_path / "bad")])
     assert "--data" in capsys.readouterr().err and not (tmp_path / "bad").exists()
+
+
+def test_drawn_rows_load_as_tasks_and_a_bad_one_is_named():
+    rows = [peer_check_task(DUCKS, "gsm8k-0", random.Random(0), wrong=True), info_gap_task(DUCKS, "gsm8k-0",
+                                                                                          random.Random(0))]
+    tasks = load_collab_tasks(rows, oracle=True, option="--probe_collab")
+    assert [t.family for t in tasks] == ["peer_check", "info_gap"] and tasks[0].answer_right is False
+    with pytest.raises(ValueError, match="--probe_collab: task 1: `oracle` lacks"):
+        load_collab_tasks([rows[0], {**rows[1], "oracle": {}}], option="--probe_collab")

@@ -75,6 +75,20 @@ def test_generation_counts_every_row_of_a_call(q2b):
         2 * parts["generation"])
 
 
+def test_the_collab_objective_plans_whole_conversations(q2b):
+    """With `objective: collab` a completion is a conversation: the policy's turns and the partner's between them;
+    the rollouts' longest call is the last turn, after all the others."""
+    grpo = values(recipe="grpo", per_device_train_batch_size=16, max_completion_length=384,
+                  prompt_answer_max_new_tokens=512, gradient_accumulation_steps=4, probe_batch_size=1)
+    one, collab = plan(grpo, 1, "single", q2b), plan({**grpo, "objective": "collab"}, 1, "single", q2b)
+    conversation = 3 * 384 + 2 * 512  # collab_max_turns 3 by default
+    assert collab["logits"] == pytest.approx(4096 * 32768 * 2 + 16 * conversation * 2048 * 4)
+    assert collab["generation_phase"] == "rollouts" and collab["generation"] > one["generation"]
+    assert collab["activations"] > one["activations"]
+    rows = run_plan(["--config", str(YAMLS / "collab_objective.yaml"), "--gpus", "1"])
+    assert rows[0]["generation_phase"] == "rollouts"
+
+
 def test_the_cli_reads_a_yaml_and_its_overrides(capsys):
     rows = run_plan(["--config", str(YAMLS / "collab_dpo.yaml"), "--gpus", "1", "8", "--gpu_gb", "24", "80"])
     assert [(r["gpus"], r["strategy"]) for r in rows] == [(1, "single"), (8, "ddp"), (8, "zero2"), (8, "zero3")]

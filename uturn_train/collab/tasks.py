@@ -70,10 +70,10 @@ def _problem(row: dict) -> str | None:
     return None
 
 
-def load_collab_tasks(path: str | Path, families: list[str] | tuple[str, ...] = FAMILIES, limit: int | None = None,
-                      option: str = "--data", oracle: bool = False) -> list[CollabTask]:
-    """The tasks of `families` in `path`, the first `limit` of each family, in file order; with `oracle`, each must
-    hold the oracle partner's lines.
+def load_collab_tasks(path: str | Path | list[dict], families: list[str] | tuple[str, ...] = FAMILIES,
+                      limit: int | None = None, option: str = "--data", oracle: bool = False) -> list[CollabTask]:
+    """The tasks of `families` in `path` (a jsonl, or rows already read), the first `limit` of each family, in file
+    order; with `oracle`, each must hold the oracle partner's lines.
 
     Raises:
         `ValueError`: naming the file, line and field of a bad row, or `option` when the file is missing or holds no
@@ -84,10 +84,16 @@ def load_collab_tasks(path: str | Path, families: list[str] | tuple[str, ...] = 
         raise ValueError(f"families {list(families)}: choose among {', '.join(FAMILIES)}")
     if limit is not None and limit < 1:
         raise ValueError(f"limit must be >= 1 task per family, got {limit}")
-    if not Path(path).is_file():
+    if isinstance(path, list):  # rows drawn in memory (`collab.gsm8k`)
+        rows, path = path, f"the {len(path)} rows drawn"
+        for i, row in enumerate(rows):
+            if problem := _problem(row):
+                raise ValueError(f"{option}: task {i}: {problem}")
+    elif not Path(path).is_file():
         raise ValueError(f"{option} {path} is not a file: pass a collaboration jsonl (`--task testbed` writes the "
                          "testbed's)")
-    rows = read_jsonl(path, check=_problem)
+    else:
+        rows = read_jsonl(path, check=_problem)
     seen, tasks, counts = set(), [], dict.fromkeys(families, 0)
     for row in rows:
         if row["id"] in seen:

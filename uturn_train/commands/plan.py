@@ -17,9 +17,10 @@ read them. LoRA runs only. What is counted, per device (GiB):
 - **logits**: TRL's fused LM head computes the loss's log-probabilities in tiles (4,096 tokens x 32,768 vocabulary
   entries), so a 248,320-token vocabulary costs one tile and the hidden states' gradient, not batch x length x vocab;
 - **generation**: the largest `generate` call: the probe's (`probe_batch_size` prompts x `probe_samples` sampled
-  turns, after an answer), mining's (DPO without pairs) or GRPO's rollouts; its cache (full-attention keys and values,
-  Gated DeltaNet's recurrent and convolution states), the prefill's MLP over every prompt token at once, and under
-  ZeRO-3 the whole model gathered on every device (or its largest module, when generating layer by layer:
+  turns, after an answer), mining's (DPO without pairs) or GRPO's rollouts (with `objective: collab`, the last turn
+  of a conversation of `collab_max_turns` policy turns and the partner's between them); its cache (full-attention keys
+  and values, Gated DeltaNet's recurrent and convolution states), the prefill's MLP over every prompt token at once,
+  and under ZeRO-3 the whole model gathered on every device (or its largest module, when generating layer by layer:
   `probe_ds3_gather` / `ds3_gather_for_generation` false, the latter also for the answers GRPO writes before
   training; mining always gathers).
 
@@ -177,8 +178,14 @@ def plan(values: dict, gpus: int, strategy: str, model: Shape) -> dict:
     prompt = values["prompt_tokens"]
     if recipe == "grpo":
         answered = prompt + values["prompt_answer_max_new_tokens"]  # the user turn follows the policy's answer
-        seq = answered + values["max_completion_length"]
-        rows, loss_tokens = batch, batch * values["max_completion_length"]
+        completion = values["max_completion_length"]
+        if values.get("objective") == "collab":
+            # A whole conversation is the completion: the policy's turns, and between them the partner's (the oracle's
+            # longest line is a worked solution, counted as long as an answer).
+            turns = values["collab_max_turns"]
+            completion = turns * completion + (turns - 1) * values["prompt_answer_max_new_tokens"]
+        seq = answered + completion
+        rows, loss_tokens = batch, batch * completion
     else:
         seq = values["max_length"]
         rows = 2 * batch if recipe == "dpo" else batch  # DPO: chosen and rejected in one forward
@@ -216,8 +223,9 @@ def plan(values: dict, gpus: int, strategy: str, model: Shape) -> dict:
                                        values["mine_max_new_tokens"], gathered(True))
     if recipe == "grpo":
         per_step = values["steps_per_generation"] or values["gradient_accumulation_steps"]
-        phases["rollouts"] = _generation(model, w, batch * per_step, answered, values["max_completion_length"],
-                                         gathered(values["ds3_gather_for_generation"]))
+        # The last turn of a conversation is generated after all the others: the longest cache.
+        phases["rollouts"] = _generation(model, w, batch * per_step, seq - values["max_completion_length"],
+                                         values["max_completion_length"], gathered(values["ds3_gather_for_generation"]))
     parts = {
         "weights": model.params * w / shard,
         "lora": model.lora_params * (4 / shard + 12 / states),

@@ -48,7 +48,8 @@ class ProbeArguments(prefixed("probe_")):
             process to generate (fast; needs the whole model's memory on each device, `uturn plan`'s "generate");
             False generates through ZeRO-3's layer-by-layer gathers, as TRL's `ds3_gather_for_generation=False`.
         probe_collab (`str`, *optional*): also hold collaboration conversations with the oracle partner at every
-            probe (`testbed`, or a collaboration jsonl with oracle lines; [`~uturn_train.collab`]), greedy, 3 turns.
+            probe (`testbed`; `gsm8k`, the tasks `uturn collab --task gsm8k` draws from the hub's test split; or a
+            collaboration jsonl with oracle lines; [`~uturn_train.collab`]), greedy, 3 turns.
         probe_collab_limit (`int`, *optional*, defaults to `32`): collaboration tasks per family at each probe.
     """
 
@@ -68,7 +69,7 @@ class ProbeArguments(prefixed("probe_")):
     probe_ds3_gather: bool = field(default=True, metadata={"help": "Under ZeRO-3, gather the whole model on every "
                                    "process to generate; False: layer by layer (less memory, slower)."})
     probe_collab: str | None = field(default=None, metadata={"help": "Also hold collaboration conversations at every "
-                                     "probe: testbed, or a collaboration jsonl with oracle lines."})
+                                     "probe: testbed, gsm8k (the hub's test split) or a jsonl with oracle lines."})
     probe_collab_limit: int = field(default=32, metadata={"help": "Collaboration tasks per family at each probe."})
 
 
@@ -153,7 +154,12 @@ class UserTurnProbeCallback(TrainerCallback):
         if probe_args.probe_collab is not None:
             from ..collab import CollabSettings, load_collab_tasks
 
-            self.collab_tasks = load_collab_tasks(probe_args.probe_collab, limit=probe_args.probe_collab_limit,
+            source = probe_args.probe_collab
+            if source == "gsm8k":  # GSM8K's test problems from the hub, drawn as `uturn collab --task gsm8k` draws them
+                from ..collab.gsm8k import gsm8k_collab_tasks
+
+                source = gsm8k_collab_tasks(option="--probe_collab gsm8k")
+            self.collab_tasks = load_collab_tasks(source, limit=probe_args.probe_collab_limit,
                                                   option="--probe_collab", oracle=True)
             self.collab_settings = CollabSettings(batch_size=self.settings.batch_size, seed=self.settings.seed)
         self.records: list[dict] = []  # this run's probe records, on every rank: what the rule chooses from
