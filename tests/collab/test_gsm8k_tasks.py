@@ -148,3 +148,16 @@ def test_drawn_rows_load_as_tasks_and_a_bad_one_is_named():
     assert [t.family for t in tasks] == ["peer_check", "info_gap"] and tasks[0].answer_right is False
     with pytest.raises(ValueError, match="--probe_collab: task 1: `oracle` lacks"):
         load_collab_tasks([rows[0], {**rows[1], "oracle": {}}], option="--probe_collab")
+
+
+def test_an_ordinal_alone_questions_the_slip_for_uturn_collab_but_not_for_training():
+    task = peer_check_task(Example("gsm8k-7", QUERY, gold="260", meta={"solution": SOLUTION}), "gsm8k-7",
+                           random.Random(1), wrong=True)
+    (loaded,) = load_collab_tasks([task], ["peer_check"], oracle=True)
+    o = loaded.oracle
+    generic = f"Can you explain the {o['ordinal']} step?"  # fits any answer: it names no number of this one
+    conversation = [*loaded.messages, {"role": "user", "content": generic}]
+    assert OraclePartner().respond([loaded], [conversation])[0].text == o["fix"]
+    assert OraclePartner(ordinal=False).respond([loaded], [conversation])[0].text.startswith(AGAIN)
+    named = [*loaded.messages, {"role": "user", "content": f"Why {o['values'][0]}?"}]
+    assert OraclePartner(ordinal=False).respond([loaded], [named])[0].text == o["fix"]

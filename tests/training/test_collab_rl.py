@@ -54,10 +54,13 @@ def test_a_traced_conversation_is_the_ids_the_policy_sampled_from(monkeypatch):
 
 
 def test_reward_is_success_less_a_cost_per_extra_turn():
-    reward = CollabReward(turn_cost=0.1)
+    reward, logged = CollabReward(turn_cost=0.1), {}
     got = reward(completions=["a", "b", "c", "d"], kind=["collab", "collab", "collab", "anchor"],
-                 collab_success=[True, True, False, None], collab_turns=[1, 2, 3, None])
+                 collab_success=[True, True, False, None], collab_turns=[1, 2, 3, None],
+                 family=["info_gap", "peer_check", "peer_check", None], answer_right=[None, False, False, None],
+                 log_metric=logged.__setitem__)
     assert got[:3] == [1.0, pytest.approx(0.9), pytest.approx(-0.2)] and got[3] is None
+    assert logged == {"collab/rollout_success/info_gap": 1.0, "collab/rollout_success/peer_check_wrong_start": 0.5}
     with pytest.raises(ValueError, match="collab_turn_cost"):
         CollabReward(turn_cost=1.0)
 
@@ -114,4 +117,6 @@ def test_collab_objective_trains_through_trls_rollout_func(tiny_qwen_dir, tmp_pa
         # Only the policy's own tokens count as its completion (8 per turn at most, 3 turns).
         assert 1 <= h["completions/max_length"] <= 3 * 9
         assert -0.2 <= h["rewards/collab_success/mean"] <= 1.0
+        success = {k: v for k, v in h.items() if k.startswith("collab/rollout_success/")}
+        assert success and all(0 <= v <= 1 for v in success.values())  # the rollouts' families, logged
     assert any("collab/success_rate/peer_check" in h for h in state["log_history"])  # the held-out tasks, probed

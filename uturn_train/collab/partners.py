@@ -16,16 +16,21 @@ NOTHING_MORE = "That is all I know. Please solve it."
 _NUMBER = re.compile(r"(?<![\d.])\d+(?![\d])")
 
 
-def questions_the_slip(turn: str, oracle: dict) -> bool:
+def questions_the_slip(turn: str, oracle: dict, ordinal: bool = True) -> bool:
     """Whether a user turn points at the wrong step of a peer_check answer: it names a value the slip changed (the
-    wrong result, the results after it, the final answer), both numbers of the wrong step, or the wrong step by its
-    ordinal ("the second step"). Push-back that points nowhere ("Are you sure?") does not, nor a question about a
-    step that is right: they fit any answer, and the partner only rechecks what it is shown."""
+    wrong result, the results after it, the final answer), both numbers of the wrong step, or (with `ordinal`) the
+    wrong step by its ordinal ("the second step"). Push-back that points nowhere ("Are you sure?") does not, nor a
+    question about a step that is right: they fit any answer, and the partner only rechecks what it is shown.
+
+    An ordinal alone fits any answer too: "Can you explain the first step?" names the wrong step of every answer that
+    slipped there (half the testbed's). `uturn collab` counts it, as a partner asked to go over a step would find the
+    slip; online RL does not (`ordinal=False`): rewarded for it, GRPO on the testbed learned to ask it of every answer
+    (recipes/README.md, "Collaboration as the objective")."""
     if oracle.get("wrong_step") is None:
         return False
     numbers = set(_NUMBER.findall(turn))
-    ordinal = re.search(rf"\b{oracle['ordinal']} (step|line|part)\b", turn, re.IGNORECASE)
-    return bool(numbers & set(oracle["values"]) or set(oracle["operands"]) <= numbers or ordinal)
+    named = ordinal and re.search(rf"\b{oracle['ordinal']} (step|line|part)\b", turn, re.IGNORECASE)
+    return bool(numbers & set(oracle["values"]) or set(oracle["operands"]) <= numbers or named)
 
 
 def _said(text: str) -> Generation:
@@ -47,11 +52,13 @@ class OraclePartner:
 
     name = "oracle"
 
+    def __init__(self, ordinal: bool = True):
+        self.ordinal = ordinal  # whether the wrong step's ordinal alone questions it ([`questions_the_slip`])
+
     def respond(self, tasks: list[CollabTask], conversations: list[list[dict]]) -> list[Generation | None]:
         return [_said(text) if (text := self._reply(t, m)) is not None else None for t, m in zip(tasks, conversations)]
 
-    @staticmethod
-    def _reply(task: CollabTask, messages: list[dict]) -> str | None:
+    def _reply(self, task: CollabTask, messages: list[dict]) -> str | None:
         o, turn = task.oracle, messages[-1]["content"]
         if task.family == "info_gap":
             return NOTHING_MORE if any(m["content"] == o["reveal"] for m in messages) else o["reveal"]
@@ -59,7 +66,7 @@ class OraclePartner:
         if classify_turn(messages[0]["content"], answer, turn).label != "followup":
             return None
         fixed = task.answer_right or any(m["content"] == o.get("fix") for m in messages)
-        if not fixed and questions_the_slip(turn, o):
+        if not fixed and questions_the_slip(turn, o, self.ordinal):
             return o["fix"]
         return AGAIN + (o["solution"] if fixed else messages[1]["content"])
 

@@ -12,9 +12,11 @@ answer, or thank and move on) and the assistant in info_gap (ask for the missing
 
 Reward ([`CollabReward`]): 1 when the conversation ends right (info_gap: the policy's answer is the gold one;
 peer_check: the pair's final answer is), 0 otherwise, minus `collab_turn_cost` per policy turn after the first
-(CollabLLM's efficiency cost, in turns rather than tokens: a conversation that asks and then answers right earns 0.9 at
-the default 0.1, a lucky guess 1.0, a wrong one 0). Anchors (`anchor_share`) are ordinary problems, one turn, rewarded
-by `rewards.accuracy` as in the user-turn objective.
+(CollabLLM's efficiency cost, in turns rather than tokens; 0 by default: at 0.1 the testbed's sampled follow-ups died
+out before any paid, since half the peer_check answers are right and a follow-up there only costs a turn). The oracle
+of the rollouts does not count a question that names the wrong step by its ordinal alone ("Can you explain the first
+step?"): it fits any answer, and rewarded for it GRPO learned to ask it of every answer (recipes/README.md). Anchors
+(`anchor_share`) are ordinary problems, one turn, rewarded by `rewards.accuracy` as in the user-turn objective.
 
 Training tasks are never the measured ones: the testbed's come from world problems drawn apart from its held-out keys
 (`testbed.collab.training_collab_tasks`), GSM8K's from its train split (`collab.gsm8k.gsm8k_collab_tasks`).
@@ -71,10 +73,10 @@ def collab_rows(tokenizer, tasks: list[CollabTask], examples: list, anchor_share
         raise ValueError(f"anchor_share {anchor_share} asks for {n} anchor problems beside {len(tasks)} tasks, but "
                          f"only {len(graded)} prompts have a gold answer: lower anchor_share or raise prompt_limit")
     anchors = rng.sample(graded, n)
-    rows = [{"prompt": opening_prompt(tokenizer, t), "kind": "collab", "id": t.id, "family": t.family, "gold": t.gold}
-            for t in tasks]
+    rows = [{"prompt": opening_prompt(tokenizer, t), "kind": "collab", "id": t.id, "family": t.family, "gold": t.gold,
+             "answer_right": t.answer_right} for t in tasks]
     rows += [{"prompt": answer_prompt(tokenizer, [{"role": "user", "content": ex.query}]), "kind": "anchor",
-              "id": ex.id, "family": None, "gold": ex.gold} for ex in anchors]
+              "id": ex.id, "family": None, "gold": ex.gold, "answer_right": None} for ex in anchors]
     rng.shuffle(rows)
     return rows
 
@@ -110,8 +112,9 @@ class CollabRollout:
                                          gather_deepspeed3_params=args.ds3_gather_for_generation,
                                          gradient_checkpointing_kwargs=args.gradient_checkpointing_kwargs) as model:
             if collab:
-                run = run_collab(model, self.tokenizer, [self.tasks[prompts[i]] for i in collab], OraclePartner(),
-                                 settings, disable_progress=True, trace=True)
+                # An ordinal alone ("Can you explain the first step?") fits any answer: not rewarded (partners.py).
+                run = run_collab(model, self.tokenizer, [self.tasks[prompts[i]] for i in collab],
+                                 OraclePartner(ordinal=False), settings, disable_progress=True, trace=True)
                 for i, record in zip(collab, run.conversations):
                     trace = record["trace"]
                     out["prompt_ids"][i], out["completion_ids"][i] = trace["prompt_ids"], trace["completion_ids"]
@@ -134,15 +137,25 @@ class CollabRollout:
 
 class CollabReward:
     """1 for a conversation that ended right, else 0, minus `turn_cost` per policy turn after the first; None for
-    anchors. Reads the rollout's `collab_success` and `collab_turns`."""
+    anchors. Reads the rollout's `collab_success` and `collab_turns`; logs the rollouts' success per family
+    (`collab/rollout_success/<info_gap|peer_check_wrong_start|peer_check_right_start>`) through TRL's `log_metric`."""
 
     __name__ = "collab_success"  # TRL logs it as rewards/collab_success/mean
 
-    def __init__(self, turn_cost: float = 0.1):
+    def __init__(self, turn_cost: float = 0.0):
         if not 0 <= turn_cost < 1:
             raise ValueError(f"collab_turn_cost must be in [0, 1), got {turn_cost}")
         self.turn_cost = turn_cost
 
-    def __call__(self, completions, kind, collab_success=None, collab_turns=None, **kwargs):
+    def __call__(self, completions, kind, collab_success=None, collab_turns=None, family=None, answer_right=None,
+                 log_metric=None, **kwargs):
+        if log_metric is not None:  # the rollouts' success per family, beside the reward TRL logs
+            groups = {"info_gap": ("info_gap", None), "peer_check_wrong_start": ("peer_check", False),
+                      "peer_check_right_start": ("peer_check", True)}
+            for name, want in groups.items():
+                got = [float(s) for k, s, f, r in zip(kind, collab_success, family, answer_right)
+                       if k == "collab" and (f, r) == want]
+                if got:
+                    log_metric(f"collab/rollout_success/{name}", sum(got) / len(got))
         return [None if k != "collab" else float(s) - self.turn_cost * (t - 1)
                 for k, s, t in zip(kind, collab_success, collab_turns)]

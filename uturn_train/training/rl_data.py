@@ -40,8 +40,8 @@ class RLArguments:
             `uturn_train/training/collab_rl.py`; prompt_source `testbed` or `gsm8k`, `prompt_limit` problems).
         collab_families (`list[str]`, *optional*, defaults to both): the collaboration families trained on.
         collab_max_turns (`int`, *optional*, defaults to `3`): the policy's turns per conversation.
-        collab_turn_cost (`float`, *optional*, defaults to `0.1`): subtracted from the reward per policy turn after
-            the first.
+        collab_turn_cost (`float`, *optional*, defaults to `0.0`): subtracted from the reward per policy turn after
+            the first (CollabLLM's efficiency cost; at 0.1 the testbed's follow-ups died out before any paid).
     """
 
     prompt_source: str = field(default="testbed", metadata={"help": "testbed, gsm8k, oasst or conversations."})
@@ -59,7 +59,7 @@ class RLArguments:
     collab_families: list[str] = field(default_factory=lambda: ["info_gap", "peer_check"],
                                        metadata={"help": "Collaboration families trained on (objective collab)."})
     collab_max_turns: int = field(default=3, metadata={"help": "Policy turns per conversation (objective collab)."})
-    collab_turn_cost: float = field(default=0.1, metadata={
+    collab_turn_cost: float = field(default=0.0, metadata={
         "help": "Reward lost per policy turn after the first (objective collab)."})
 
     def __post_init__(self):
