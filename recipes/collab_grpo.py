@@ -71,6 +71,11 @@ def main(training_args, model_args, probe_args, rl_args):
         model.to(training_args.device)
     rollout_func = None
     if rl_args.objective == "collab":  # whole conversations with the oracle partner, rewarded by how they end
+        if is_deepspeed_zero3_enabled():
+            # Under ZeRO-3 every forward of the model is a collective (DeepSpeed's start-of-forward hook), and the
+            # processes' conversations differ in turns and lengths: they would wait on each other for ever.
+            raise ValueError("objective `collab` cannot run under DeepSpeed ZeRO-3 (the processes' conversations take "
+                             "different numbers of forwards): use DDP or ZeRO-2 (`uturn plan` gives their memory)")
         tasks = training_tasks(rl_args.prompt_source, rl_args.prompt_data, rl_args.prompt_limit,
                                rl_args.collab_families, rl_args.prompt_seed)
         rows = collab_rows(tokenizer, tasks, examples, rl_args.anchor_share, rl_args.prompt_seed)

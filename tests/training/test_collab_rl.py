@@ -120,3 +120,39 @@ def test_collab_objective_trains_through_trls_rollout_func(tiny_qwen_dir, tmp_pa
         success = {k: v for k, v in h.items() if k.startswith("collab/rollout_success/")}
         assert success and all(0 <= v <= 1 for v in success.values())  # the rollouts' families, logged
     assert any("collab/success_rate/peer_check" in h for h in state["log_history"])  # the held-out tasks, probed
+
+
+@pytest.mark.slow
+def test_collab_objective_under_two_processes_and_refused_under_zero3(tiny_qwen_dir, tmp_path):
+    """DDP: each process holds its own conversations. ZeRO-3 would deadlock (every forward a collective, the
+    processes' conversations of different lengths): refused before training, with the way out."""
+    import os
+    import subprocess
+    import sys
+
+    from uturn_train.collab.gsm8k import gsm8k_collab_tasks
+    from uturn_train.io import write_jsonl
+
+    probe_tasks = tmp_path / "collab.jsonl"
+    write_jsonl(probe_tasks, gsm8k_collab_tasks(str(ARITHMETIC)))
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
+    recipe_args = [
+        str(ROOT / "recipes" / "collab_grpo.py"),
+        "--config", str(ROOT / "recipes" / "testbed" / "collab_objective.yaml"),
+        "--model_name_or_path", str(tiny_qwen_dir), "--report_to", "none", "--probe_task", "gsm8k", "--probe_data",
+        str(ARITHMETIC), "--probe_labeler", "rules", "--probe_limit", "2", "--probe_samples", "2",
+        "--probe_max_new_tokens", "8", "--probe_answer_max_new_tokens", "8", "--probe_collab", str(probe_tasks),
+        "--probe_collab_limit", "2", "--prompt_source", "gsm8k", "--prompt_data", str(ARITHMETIC), "--prompt_limit",
+        "6", "--num_generations", "2", "--per_device_train_batch_size", "4", "--max_completion_length", "8",
+        "--max_steps", "2", "--save_steps", "2", "--logging_steps", "1"]
+    launch = [sys.executable, "-m", "accelerate.commands.launch"]
+    out = tmp_path / "ddp"
+    done = subprocess.run([*launch, "--multi_gpu", "--num_processes", "2", *recipe_args, "--output_dir", str(out)],
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    state = json.loads((out / "checkpoint-2" / "trainer_state.json").read_text())
+    assert sum("rewards/collab_success/mean" in h for h in state["log_history"]) == 2
+    zero3 = ["--config_file", str(ROOT / "accelerate_configs" / "deepspeed_zero3.yaml"), "--num_processes", "2"]
+    refused = subprocess.run([*launch, *zero3, *recipe_args, "--output_dir", str(tmp_path / "z3")], env=env,
+                             capture_output=True, text=True, timeout=600)
+    assert refused.returncode != 0 and "cannot run under DeepSpeed ZeRO-3" in refused.stderr

@@ -236,7 +236,7 @@ def run_collab(model, tokenizer, tasks: list[CollabTask], partner, settings: Col
         kwargs = {"max_new_tokens": settings.max_new_tokens, "temperature": settings.temperature,
                   "seed": settings.seed + round_index, "desc": f"round {round_index + 1}: the model's turns",
                   "disable_progress": disable_progress}
-        prompts = [c.ids if tracer else _prompt(tokenizer, c) for c in active]
+        prompts = [c.ids if tracer is not None else _prompt(tokenizer, c) for c in active]
         outs = client.generate(prompts, **kwargs) if client is not None else \
             generate(model, tokenizer, prompts, batch_size=settings.batch_size, **kwargs)
         for c, (g,) in zip(active, outs):

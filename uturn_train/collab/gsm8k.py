@@ -92,7 +92,7 @@ def _carry(lines: list[str], j: int, delta: int, avoid: set[str]) -> tuple[list[
     for i in range(j, len(lines)):
         line = out[i]
         if i > j and changed:  # every changed value this line names, in its text and its mark, becomes the new one
-            line = re.sub(r"(?<![\d.])\d+(?:\.\d+)?(?![\d])", lambda m: changed.get(m.group(), m.group()), line)
+            line = _NUMBER.sub(lambda m: changed.get(m.group(), m.group()), line)
         mark = _MARK.search(line)
         expr, stated = mark.groups()
         before = float(stated.replace(",", ""))
@@ -108,9 +108,9 @@ def _carry(lines: list[str], j: int, delta: int, avoid: set[str]) -> tuple[list[
             rest = rest.replace(shown, new, 1)
             changed[shown] = new
         out[i] = line[: mark.start()] + f"<<{expr}={new}>>" + rest
-    if _result(lines[-1]) not in changed:
+    if _result(out[-1]) == _result(lines[-1]):
         return None
-    return out, list(changed.values())
+    return out, [*(v for v in changed.values() if v != _result(out[-1])), _result(out[-1])]  # the final answer last
 
 
 def peer_check_task(example, name: str, rng: random.Random, wrong: bool) -> dict | None:
@@ -118,9 +118,10 @@ def peer_check_task(example, name: str, rng: random.Random, wrong: bool) -> dict
     if lines is None:
         return None
     right = _unmark("\n".join(lines)) + f"\n#### {example.gold}"
-    oracle = {"wrong_step": None, "solution": right}
-    shown = right
+    oracle, shown = {"wrong_step": None, "solution": right}, right
     if wrong:
+        if _result(lines[-1]) != example.gold:  # the last step does not compute the final answer: no slip reaches it
+            return None
         question_numbers = set(_NUMBER.findall(example.query.replace(",", "")))
         results = {_result(line) for line in lines}
         options = []
@@ -134,12 +135,11 @@ def peer_check_task(example, name: str, rng: random.Random, wrong: bool) -> dict
             return None
         j, (slipped, values) = rng.choice(options)
         expr = _MARK.search(lines[j]).group(1)
-        good, bad = _show(evaluate(expr)), values[0]
         shown = _unmark("\n".join(slipped)) + f"\n#### {values[-1]}"
         oracle.update(
             wrong_step=j, values=values, operands=_NUMBER.findall(expr.replace(",", "")), ordinal=ORDINALS[j],
-            fix=f"Let me redo the {ORDINALS[j]} step: {expr} = {good}, not {bad}. I made a mistake there. "
-                f"The correct solution:\n{right}")
+            fix=f"Let me redo the {ORDINALS[j]} step: {expr} = {_show(evaluate(expr))}, not {_result(slipped[j])}. "
+                f"I made a mistake there. The correct solution:\n{right}")
     return {"id": f"{name}-peer_check", "family": "peer_check", "gold": example.gold, "answer_right": not wrong,
             "messages": [{"role": "user", "content": example.query}, {"role": "assistant", "content": shown}],
             "oracle": oracle}
