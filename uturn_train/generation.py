@@ -191,6 +191,26 @@ class _Rows:
         self.done[row] = len(self.tokens[row]) >= self.max_new_tokens or string_stop(self.tokens[row])
 
 
+def _zero3_processes() -> bool:
+    """Whether this is one of several processes under DeepSpeed ZeRO-3, where every forward of the trained model is a
+    collective: DeepSpeed's start-of-forward hook (`reset_step`) checks its module trace across processes whenever the
+    trace is incomplete, which `distributed.never_replay_zero3_trace` keeps it (GRPO), and a model generated layer by
+    layer gathers each layer. Processes then run the same forwards: the same prompts per batch (the callers pad their
+    shards, `distributed.map_sharded`) and the same decode steps (here)."""
+    import torch.distributed as dist
+    from transformers.integrations import is_deepspeed_zero3_enabled
+
+    return is_deepspeed_zero3_enabled() and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+def _any_process(flag: bool, device) -> bool:
+    import torch.distributed as dist
+
+    t = torch.tensor([float(flag)], device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return bool(t.item())
+
+
 def _decode(model, prompts: list[list[int]], k: int, temperature: float, max_new_tokens: int, end_ids: set[int],
             string_stop, pad_id: int, device) -> _Rows:
     """Decode `k` continuations of every prompt; rows `i * k ... i * k + k - 1` are prompt `i`'s. Each prompt is
@@ -205,15 +225,18 @@ def _decode(model, prompts: list[list[int]], k: int, temperature: float, max_new
         cache.reorder_cache(expand)
         logits, attention_mask, position = logits[expand], attention_mask[expand], position[expand]
     live = list(range(n))  # the batch's row of each cache row
+    lockstep = _zero3_processes()
     while True:
         chosen = _sample(logits, temperature) if temperature > 0 else logits.argmax(-1)
         for row, token in zip(live, chosen.tolist()):
             if not rows.done[row]:
                 rows.add(row, token, end_ids, string_stop)
         keep = [i for i, row in enumerate(live) if not rows.done[row]]
-        if not keep:
+        if not _any_process(bool(keep), device) if lockstep else not keep:
             return rows
-        if len(keep) <= 0.75 * len(live):
+        # Under ZeRO-3 a process whose rows have all ended steps on with them (their tokens ignored) while another's
+        # decode: every forward is a collective there.
+        if keep and len(keep) <= 0.75 * len(live):
             index = torch.tensor(keep, device=device)
             cache.reorder_cache(index)
             attention_mask, position, chosen = attention_mask[index], position[index], chosen[index]

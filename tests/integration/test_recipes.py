@@ -236,6 +236,25 @@ def test_collab_grpo_two_processes(launcher, tiny_qwen_dir, data, tmp_path):
     assert {"self_attn.q_proj", "linear_attn.in_proj_qkv", "mlp.down_proj"} <= adapter_modules(out)
 
 
+@pytest.mark.slow
+def test_collab_grpo_zero3_probes_a_trained_model_whose_turns_end_apart(real_testbed, tmp_path):
+    """Under ZeRO-3 every forward is a collective in GRPO (`never_replay_zero3_trace` keeps DeepSpeed's trace
+    incomplete, and its start-of-forward hook then checks it across processes). The tiny random model writes every
+    turn to its token limit; the built testbed ends its turns at different steps on each process's shard, and the
+    probe at the first save waited for ever until the engine kept the processes' decode steps in step."""
+    out = tmp_path / "grpo"
+    launch(ZERO3, ["--config", str(ROOT / "recipes" / "testbed" / "collab_grpo.yaml"), "--model_name_or_path",
+                   str(real_testbed), "--output_dir", str(out), "--report_to", "none", "--probe_task", "gsm8k",
+                   "--probe_data", str(real_testbed / "heldout.jsonl"), "--probe_limit", "16", "--prompt_source",
+                   "conversations", "--prompt_data", str(real_testbed / "conversations.jsonl"), "--prompt_limit", "32",
+                   "--per_device_train_batch_size", "8", "--max_steps", "2", "--save_steps", "2", "--logging_steps",
+                   "1"], out, timeout=600, recipe="collab_grpo")
+    records = history(out)
+    assert [r["step"] for r in records] == [0, 2] and all(r["error"] is None for r in records)
+    turns = [json.loads(line) for line in (out / "probe" / "step_2.jsonl").open()]
+    assert len({t["completion_tokens"] for t in turns}) > 1  # the turns did end apart: what used to hang
+
+
 def zero3_partitioning_all(tmp_path) -> list[str]:
     """`accelerate launch` options for ZeRO-3 on 2 processes with every weight partitioned: the tiny model's are all
     under DeepSpeed's default persistence threshold (1e5), kept whole, so nothing would ever be gathered."""
