@@ -245,6 +245,7 @@ def test_collab_grpo_zero3_probes_a_trained_model_whose_turns_end_apart(real_tes
     out = tmp_path / "grpo"
     launch(ZERO3, ["--config", str(ROOT / "recipes" / "testbed" / "collab_grpo.yaml"), "--model_name_or_path",
                    str(real_testbed), "--output_dir", str(out), "--report_to", "none", "--probe_task", "gsm8k",
+                   "--probe_labeler", "rules", "--reward_labeler", "rules",
                    "--probe_data", str(real_testbed / "heldout.jsonl"), "--probe_limit", "16", "--prompt_source",
                    "conversations", "--prompt_data", str(real_testbed / "conversations.jsonl"), "--prompt_limit", "32",
                    "--per_device_train_batch_size", "8", "--max_steps", "2", "--save_steps", "2", "--logging_steps",

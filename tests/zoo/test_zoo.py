@@ -235,3 +235,25 @@ def test_smollm2_probed_end_to_end(shared_data, tmp_path):
                for r in rows)
     answers = [json.loads(line) for line in (out / "answers.jsonl").read_text().splitlines()]
     assert len(answers) == 3 and all(a["answer"].strip() for a in answers)
+
+
+def test_models_are_built_outside_zero3_and_the_switch_comes_back(home, monkeypatch):
+    """A recipe under ZeRO-3 has transformers build models with `deepspeed.zero.Init`, a collective; `resolve` builds
+    on the main process alone, so a first SmolLM2 conversion there waited for ever for the other processes."""
+    from transformers.integrations import is_deepspeed_zero3_enabled
+    from transformers.integrations.deepspeed import HfDeepSpeedConfig, unset_hf_deepspeed_config
+
+    seen = []
+    monkeypatch.setattr(zoo, "resolve_testbed", lambda *configs: seen.append(is_deepspeed_zero3_enabled()))
+    # Held here: transformers keeps only a weak reference to it.
+    config = HfDeepSpeedConfig({"zero_optimization": {"stage": 3}, "train_micro_batch_size_per_gpu": 1})
+    try:
+        assert is_deepspeed_zero3_enabled()
+        zoo.resolve(ProbeScriptArguments(model="testbed"))
+        assert seen == [False] and is_deepspeed_zero3_enabled()
+        with pytest.raises(RuntimeError), zoo.outside_zero3():
+            raise RuntimeError("a failed conversion")
+        assert is_deepspeed_zero3_enabled()  # put back on an error too
+    finally:
+        unset_hf_deepspeed_config()
+        del config
