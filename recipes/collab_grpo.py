@@ -30,20 +30,24 @@ accelerate launch --config_file accelerate_configs/multi_gpu.yaml --num_processe
 
 
 def main(training_args, model_args, probe_args, rl_args):
+    from pathlib import Path
+
     from datasets import Dataset
     from transformers.integrations import is_deepspeed_zero3_enabled
     from trl import GRPOTrainer
 
     from uturn_train import UserTurnProbeCallback
     from uturn_train.chat import role_header_starts, stop_strings
-    from uturn_train.collab import CollabSettings
+    from uturn_train.collab import CollabSettings, load_collab_tasks
+    from uturn_train.collab.gsm8k import gsm8k_collab_tasks
     from uturn_train.distributed import gathered_if_zero3, keep_non_reentrant_checkpointing, never_replay_zero3_trace
     from uturn_train.models import load_model, load_tokenizer, lora_config
     from uturn_train.probe.history import report_probe_history
     from uturn_train.probe.labelers.judge import load_judge
     from uturn_train.probe.settings import labeler_for
+    from uturn_train.testbed.collab import training_collab_tasks
     from uturn_train.tracking import wandb_offline_unless_logged_in
-    from uturn_train.training.collab_rl import CollabReward, CollabRollout, collab_rows, training_tasks
+    from uturn_train.training.collab_rl import CollabReward, CollabRollout, collab_rows
     from uturn_train.training.rewards import LengthGuard, UserTurnReward, accuracy
     from uturn_train.training.rl_data import grpo_rows, rl_examples
     from uturn_train.zoo import resolve
@@ -76,8 +80,12 @@ def main(training_args, model_args, probe_args, rl_args):
             # processes' conversations differ in turns and lengths: they would wait on each other for ever.
             raise ValueError("objective `collab` cannot run under DeepSpeed ZeRO-3 (the processes' conversations take "
                              "different numbers of forwards): use DDP or ZeRO-2 (`uturn plan` gives their memory)")
-        tasks = training_tasks(rl_args.prompt_source, rl_args.prompt_data, rl_args.prompt_limit,
-                               rl_args.collab_families, rl_args.prompt_seed)
+        if rl_args.prompt_source == "testbed":  # world problems apart from the held-out ones the probe measures
+            drawn = training_collab_tasks(Path(rl_args.prompt_data).parent, rl_args.prompt_limit, rl_args.prompt_seed)
+        else:  # GSM8K's train split (`uturn collab --task gsm8k` measures on its test split)
+            drawn = gsm8k_collab_tasks(rl_args.prompt_data, rl_args.prompt_seed, split="train",
+                                       limit=rl_args.prompt_limit, option="--prompt_data")
+        tasks = load_collab_tasks(drawn, rl_args.collab_families, option="--prompt_source", oracle=True)
         rows = collab_rows(tokenizer, tasks, examples, rl_args.anchor_share, rl_args.prompt_seed)
         settings = CollabSettings(families=rl_args.collab_families, max_turns=rl_args.collab_max_turns,
                                   max_new_tokens=training_args.max_completion_length,

@@ -33,6 +33,30 @@ def map_sharded(items: list, fn: Callable[[list, int], list], state=None) -> lis
     return [by_index[i] for i in range(len(items))]
 
 
+@contextmanager
+def outside_zero3():
+    """Models built here are whole on every process, never ZeRO-3 partitions: those built or converted for the cache
+    (`zoo.resolve`) and the trained judge's fixed feature model (`probe.labelers.judge.load_judge`).
+
+    A recipe's `TrainingArguments` with a ZeRO-3 config switch transformers' model construction to
+    `deepspeed.zero.Init`, a collective. `resolve` builds on the main process only (`main_process_first`) while the
+    others wait at a barrier: a first SmolLM2 conversion under ZeRO-3 waited for ever. And the judge's model, built
+    partitioned, failed its first forward ("Padding_idx must be within num_embeddings"). The switch is transformers'
+    global (`set_hf_deepspeed_config`); it is put back on exit."""
+    from transformers.integrations import deepspeed as hf_deepspeed
+
+    ref = hf_deepspeed._hf_deepspeed_config_weak_ref  # the only handle on the config object (transformers 5.x)
+    config = ref() if ref is not None else None
+    if config is None:
+        yield
+        return
+    hf_deepspeed.unset_hf_deepspeed_config()
+    try:
+        yield
+    finally:
+        hf_deepspeed.set_hf_deepspeed_config(config)
+
+
 def gathered_if_zero3(model, whole: bool = True):
     """Gather ZeRO-3 partitioned parameters for generation before a trainer wraps the model (mining, RL answers).
 

@@ -183,6 +183,12 @@ def test_probe_with_the_trained_judge_keeps_the_rules_beside(small_judge, tiny_q
     assert run.summary["labeler"] == "trained" and run.summary["judge"]["turns"] == 9
     grounded = sum(r["grounded"] for r in run.rows if r["temperature"] == 0) / 3
     assert run.summary["settings"][0]["grounded_followup_rate"] == pytest.approx(grounded)
+    # What the training callback logs of it: the trained judge's record has no request errors (an LLM judge's has);
+    # reading them raised a KeyError at the step-0 probe of every run with the trained judge.
+    from uturn_train.probe.record import log_scalars
+
+    logs = log_scalars(run.summary, "gsm8k", "trained")
+    assert logs["probe/grounded_rate/T0.0"] == pytest.approx(grounded) and "probe/judge_errors" not in logs
 
 
 def test_classify_with_the_trained_judge(small_judge, tmp_path):

@@ -8,7 +8,7 @@ from helpers import ARITHMETIC, ROOT, load_recipe
 from uturn_train.collab import CollabSettings, OraclePartner, dialogue, run_collab
 from uturn_train.collab.tasks import CollabTask
 from uturn_train.generation import Generation
-from uturn_train.training.collab_rl import CollabReward, collab_rows, opening_prompt, training_tasks
+from uturn_train.training.collab_rl import CollabReward, collab_rows, opening_prompt
 
 INFO_GAP = CollabTask("t-info_gap", "info_gap", "5", [{"role": "user", "content": "Mia buys some pens at $2 each and "
                       "pays $10. How many pens did she buy?"}], oracle={"reveal": "The number of pens is 5."})
@@ -65,15 +65,32 @@ def test_reward_is_success_less_a_cost_per_extra_turn():
         CollabReward(turn_cost=1.0)
 
 
-def test_training_tasks_are_never_the_measured_ones(shared_data):
-    from uturn_train.collab.gsm8k import gsm8k_collab_tasks
+def test_training_tasks_are_never_the_measured_ones(shared_data, tmp_path):
+    import random
 
-    train = training_tasks("gsm8k", str(shared_data / "gsm8k" / "train.jsonl"), 20, ["info_gap", "peer_check"], 0)
+    from uturn_train.collab import load_collab_tasks
+    from uturn_train.collab.gsm8k import gsm8k_collab_tasks
+    from uturn_train.testbed.build import make_heldout
+    from uturn_train.testbed.collab import collab_tasks, training_collab_tasks
+
+    train = gsm8k_collab_tasks(str(shared_data / "gsm8k" / "train.jsonl"), split="train", limit=20)
     test = gsm8k_collab_tasks(str(shared_data / "gsm8k" / "test.jsonl"))
-    assert all(t.id.startswith("gsm8k-train-") for t in train)
-    assert not {t.messages[0]["content"] for t in train} & {r["messages"][0]["content"] for r in test}
-    with pytest.raises(ValueError, match="prompt_source testbed or gsm8k"):
-        training_tasks("oasst", None, 20, ["info_gap"], 0)
+    assert all(t["id"].startswith("gsm8k-train-") for t in train)
+    assert not {t["messages"][0]["content"] for t in train} & {r["messages"][0]["content"] for r in test}
+    # The testbed's: world problems whose keys are none of the held-out ones (a testbed of 300 held-out problems).
+    heldout = make_heldout(random.Random(0), 300)
+    testbed = tmp_path / "testbed"
+    testbed.mkdir()
+    (testbed / "card.json").write_text(json.dumps({"seed": 0, "config": {"n_heldout": 300}}))
+    (testbed / "heldout.jsonl").write_text("".join(json.dumps({"question": r["question"]}) + "\n" for r in heldout))
+    rows = training_collab_tasks(testbed, 200, seed=0)
+    # Whole questions (peer_check's): an info_gap question without its number may read as a held-out one's.
+    measured = {r["messages"][0]["content"] for r in collab_tasks([r["problem"] for r in heldout])
+                if r["family"] == "peer_check"}
+    drawn = {r["messages"][0]["content"] for r in rows if r["family"] == "peer_check"}
+    assert len(drawn) > 150 and not drawn & measured
+    assert all(r["id"].startswith("testbed-train-") for r in rows)
+    assert len(load_collab_tasks(rows, ["peer_check"], oracle=True)) == 200
 
 
 def test_rows_hold_the_anchor_share():

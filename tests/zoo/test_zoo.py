@@ -243,6 +243,8 @@ def test_models_are_built_outside_zero3_and_the_switch_comes_back(home, monkeypa
     from transformers.integrations import is_deepspeed_zero3_enabled
     from transformers.integrations.deepspeed import HfDeepSpeedConfig, unset_hf_deepspeed_config
 
+    from uturn_train.distributed import outside_zero3
+
     seen = []
     monkeypatch.setattr(zoo, "resolve_testbed", lambda *configs: seen.append(is_deepspeed_zero3_enabled()))
     # Held here: transformers keeps only a weak reference to it.
@@ -251,7 +253,7 @@ def test_models_are_built_outside_zero3_and_the_switch_comes_back(home, monkeypa
         assert is_deepspeed_zero3_enabled()
         zoo.resolve(ProbeScriptArguments(model="testbed"))
         assert seen == [False] and is_deepspeed_zero3_enabled()
-        with pytest.raises(RuntimeError), zoo.outside_zero3():
+        with pytest.raises(RuntimeError), outside_zero3():
             raise RuntimeError("a failed conversion")
         assert is_deepspeed_zero3_enabled()  # put back on an error too
     finally:

@@ -100,6 +100,6 @@ def log_scalars(record: dict, task: str, labeler: str = "rules") -> dict[str, fl
             logs[f"probe/judge_followup_rate/T{t:.1f}"] = judged["followup_rate"]
             if judged.get(GROUNDED) is not None:
                 logs[f"probe/judge_grounded_rate/T{t:.1f}"] = judged[GROUNDED]
-    if "judge" in record:
+    if "errors" in record.get("judge", {}):  # an LLM judge's failed requests (the trained judge makes none)
         logs["probe/judge_errors"] = float(record["judge"]["errors"])
     return logs

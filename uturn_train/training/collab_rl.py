@@ -18,13 +18,12 @@ of the rollouts does not count a question that names the wrong step by its ordin
 step?"): it fits any answer, and rewarded for it GRPO learned to ask it of every answer (recipes/README.md). Anchors
 (`anchor_share`) are ordinary problems, one turn, rewarded by `rewards.accuracy` as in the user-turn objective.
 
-Training tasks are never the measured ones: the testbed's come from world problems drawn apart from its held-out keys
-(`testbed.collab.training_collab_tasks`), GSM8K's from its train split (`collab.gsm8k.gsm8k_collab_tasks`).
+Training tasks are never the measured ones: the recipe draws the testbed's from world problems apart from its held-out
+keys (`testbed.collab.training_collab_tasks`), GSM8K's from its train split (`collab.gsm8k.gsm8k_collab_tasks`).
 """
 
 import random
 from dataclasses import replace
-from pathlib import Path
 
 from ..chat import answer_prompt, user_turn_prompt
 from ..collab.dialogue import CollabSettings, run_collab
@@ -37,30 +36,6 @@ def opening_prompt(tokenizer, task: CollabTask) -> str:
     """The prompt of the policy's first turn, as `uturn collab` renders it."""
     render = answer_prompt if task.model_role == "assistant" else user_turn_prompt
     return render(tokenizer, task.messages)
-
-
-def training_tasks(source: str, data: str | None, limit: int, families: list[str], seed: int) -> list[CollabTask]:
-    """The collaboration tasks RL trains on: `limit` problems' worth of the `families`, from the testbed's world
-    (`data`: the built testbed's `conversations.jsonl`, as the recipes fill it in) or GSM8K's train split."""
-    from ..collab.gsm8k import gsm8k_collab_tasks
-
-    if source == "testbed":
-        from ..testbed.collab import training_collab_tasks
-
-        if not data:
-            raise ValueError("objective `collab` on the testbed needs the built testbed: the recipes fill in "
-                             "prompt_data (see `uturn_train.testbed.resolve`)")
-        rows = training_collab_tasks(Path(data).parent, limit, seed=seed)
-    elif source == "gsm8k":
-        rows = gsm8k_collab_tasks(data, seed=seed, split="train", limit=limit, option="--prompt_data")
-    else:
-        raise ValueError(f"objective `collab` takes prompt_source testbed or gsm8k (problems with oracle lines), "
-                         f"not {source!r}")
-    tasks = [CollabTask(r["id"], r["family"], r["gold"], r["messages"], r.get("oracle"), r.get("brief"),
-                     r.get("answer_right")) for r in rows if r["family"] in families]
-    if not tasks:
-        raise ValueError(f"prompt_source {source!r} gave no {' or '.join(families)} task")
-    return tasks
 
 
 def collab_rows(tokenizer, tasks: list[CollabTask], examples: list, anchor_share: float, seed: int) -> list[dict]:

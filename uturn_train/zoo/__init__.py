@@ -26,8 +26,7 @@ Reading GGUF needs the `gguf` package (a dependency of this project). No core mo
 (`tests/test_layers.py`). The GGUF side is `gguf.py`, the Qwen3.5-2B stand-in `qwen3_5_2b.py`.
 """
 
-from contextlib import contextmanager
-
+from ..distributed import outside_zero3
 from ..probe.settings import LABELER_OPTIONS, resolve_labelers
 from ..testbed import resolve as resolve_testbed
 from .gguf import SMOLLM2, FetchError, convert_gguf, fetch_smollm2, gguf_file
@@ -52,28 +51,6 @@ def resolve(*configs) -> None:
     """
     with outside_zero3():
         _resolve(configs)
-
-
-@contextmanager
-def outside_zero3():
-    """Models built or converted for the cache (`$UTURN_HOME`) are whole, never ZeRO-3 partitions.
-
-    A recipe's `TrainingArguments` with a ZeRO-3 config switch transformers' model construction to
-    `deepspeed.zero.Init`, a collective; `resolve` builds on the main process only (`main_process_first`) while the
-    others wait at a barrier, so a first SmolLM2 conversion (the trained judge's feature model) under ZeRO-3 waited for
-    ever. The switch is transformers' global (`set_hf_deepspeed_config`); it is put back on exit."""
-    from transformers.integrations import deepspeed as hf_deepspeed
-
-    ref = hf_deepspeed._hf_deepspeed_config_weak_ref  # the only handle on the config object (transformers 5.x)
-    config = ref() if ref is not None else None
-    if config is None:
-        yield
-        return
-    hf_deepspeed.unset_hf_deepspeed_config()
-    try:
-        yield
-    finally:
-        hf_deepspeed.set_hf_deepspeed_config(config)
 
 
 def _resolve(configs) -> None:

@@ -152,6 +152,7 @@ def feature_model_dir(name: str) -> Path:
 def load_judge(weights: str | None = None, feature_model: str | None = None, device: str | None = None) -> Judge:
     """The judge of `weights` (a `judge_v*.json`; default the shipped one) on its feature model (`feature_model`, a
     folder; default `feature_model_dir` of the name the weights give)."""
+    from ...distributed import outside_zero3
     from ...models import load_model, load_tokenizer
 
     path = Path(weights) if weights else WEIGHTS
@@ -163,7 +164,8 @@ def load_judge(weights: str | None = None, feature_model: str | None = None, dev
         raise ValueError(f"{data['name']} reads with {data['feature_model']}, not found at {folder}: the uturn "
                          f"commands fetch it when --labeler is trained (or run `uturn probe --model "
                          f"{data['feature_model']} --limit 1` once)")
-    model, tokenizer = load_model(str(folder), dtype="float32", device=device), load_tokenizer(str(folder))
+    with outside_zero3():  # a fixed model every process reads whole
+        model, tokenizer = load_model(str(folder), dtype="float32", device=device), load_tokenizer(str(folder))
     return Judge(data, TurnLikelihoods(model, tokenizer, **data["likelihoods"]))
 
 
