@@ -6,9 +6,10 @@ import pytest
 from helpers import ARITHMETIC, ROOT, load_recipe
 
 from uturn_train.collab import CollabSettings, OraclePartner, dialogue, run_collab
+from uturn_train.collab.dialogue import turn_prompt
 from uturn_train.collab.tasks import CollabTask
 from uturn_train.generation import Generation
-from uturn_train.training.collab_rl import CollabReward, collab_rows, opening_prompt
+from uturn_train.training.collab_rl import CollabReward, collab_rows
 
 INFO_GAP = CollabTask("t-info_gap", "info_gap", "5", [{"role": "user", "content": "Mia buys some pens at $2 each and "
                       "pays $10. How many pens did she buy?"}], oracle={"reveal": "The number of pens is 5."})
@@ -37,7 +38,7 @@ def test_a_traced_conversation_is_the_ids_the_policy_sampled_from(monkeypatch):
     assert record["success"] is True and record["turns"] == 2 and record["ended"] == "answered"
     trace = record["trace"]
     prompt, completion, mask = trace["prompt_ids"], trace["completion_ids"], trace["env_mask"]
-    assert prompt == tokenizer(opening_prompt(tokenizer, INFO_GAP), add_special_tokens=False).input_ids
+    assert prompt == tokenizer(turn_prompt(tokenizer, INFO_GAP), add_special_tokens=False).input_ids
     # Each turn was sampled after exactly the ids that precede it in the sequence: the second after the first turn,
     # its end and the partner's reply as the template renders it.
     assert seen[0] == [prompt]

@@ -148,9 +148,14 @@ def log_scalars(summary: dict) -> dict[str, float]:
     return logs
 
 
+def turn_prompt(tokenizer, task: CollabTask, messages: list[dict] | None = None) -> str:
+    """The prompt of the model's next turn in `task` after `messages` (default: the task's opening)."""
+    render = answer_prompt if task.model_role == "assistant" else user_turn_prompt
+    return render(tokenizer, task.messages if messages is None else messages)
+
+
 def _prompt(tokenizer, c: _Conversation) -> str:
-    render = answer_prompt if c.task.model_role == "assistant" else user_turn_prompt
-    return render(tokenizer, c.messages)
+    return turn_prompt(tokenizer, c.task, c.messages)
 
 
 class _Tracer:
@@ -164,9 +169,9 @@ class _Tracer:
     """
 
     def __init__(self, tokenizer):
-        self.tokenizer = tokenizer
+        self.tokenizer, self.added = tokenizer, tokenizer.get_added_vocab()
         self.end = stop_strings(tokenizer)[0]
-        self.end_id = tokenizer.get_added_vocab().get(self.end)
+        self.end_id = self.added.get(self.end)
         if self.end_id is None:
             raise ValueError(f"the chat template of {tokenizer.name_or_path!r} ends turns with plain text "
                              f"{self.end!r}, not a special token: a rollout cannot be kept as token ids")
@@ -181,8 +186,7 @@ class _Tracer:
     def model_turn(self, c: _Conversation, g) -> None:
         """The sampled ids and the end token that ended them (the model's); a turn cut by the token limit or a role
         header is closed with the end of turn, which the model did not write."""
-        added = self.tokenizer.get_added_vocab()
-        stop = added.get(g.stop) if g.stop else None
+        stop = self.added.get(g.stop) if g.stop else None
         ids = list(g.token_ids) + ([stop] if stop is not None else [])
         c.ids, c.mask = c.ids + ids, c.mask + [1] * len(ids)
         if stop != self.end_id:

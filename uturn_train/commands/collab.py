@@ -115,14 +115,12 @@ def run_collab_job(args: CollabScriptArguments, settings: CollabSettings) -> dic
 
     from ..models import load_model, load_tokenizer
 
-    if args.task == "gsm8k":  # drawn from the problems (a bad file fails here), kept beside the conversations
-        rows = gsm8k_collab_tasks(args.data)
-        out = ensure_writable_dir(args.out)
-        write_jsonl(out / "tasks.jsonl", rows)
-        tasks = load_collab_tasks(out / "tasks.jsonl", settings.families, args.limit, oracle=args.partner == "oracle")
-    else:
-        tasks = load_collab_tasks(args.data, settings.families, args.limit, oracle=args.partner == "oracle")
-        out = ensure_writable_dir(args.out)
+    # gsm8k: drawn from the problems (a bad file fails here, before any output), kept beside the conversations.
+    source = gsm8k_collab_tasks(args.data) if args.task == "gsm8k" else args.data
+    tasks = load_collab_tasks(source, settings.families, args.limit, oracle=args.partner == "oracle")
+    out = ensure_writable_dir(args.out)
+    if args.task == "gsm8k":
+        write_jsonl(out / "tasks.jsonl", source)
     tokenizer = load_tokenizer(args.model)
     model = load_model(args.model, dtype=args.dtype, device="cuda" if torch.cuda.is_available() else "cpu")
     partner = make_partner(args, settings, model, tokenizer)

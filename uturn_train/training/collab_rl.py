@@ -25,17 +25,11 @@ keys (`testbed.collab.training_collab_tasks`), GSM8K's from its train split (`co
 import random
 from dataclasses import replace
 
-from ..chat import answer_prompt, user_turn_prompt
-from ..collab.dialogue import CollabSettings, run_collab
+from ..chat import answer_prompt
+from ..collab.dialogue import CollabSettings, run_collab, turn_prompt
 from ..collab.partners import OraclePartner
 from ..collab.tasks import CollabTask
 from ..generation import generate
-
-
-def opening_prompt(tokenizer, task: CollabTask) -> str:
-    """The prompt of the policy's first turn, as `uturn collab` renders it."""
-    render = answer_prompt if task.model_role == "assistant" else user_turn_prompt
-    return render(tokenizer, task.messages)
 
 
 def collab_rows(tokenizer, tasks: list[CollabTask], examples: list, anchor_share: float, seed: int) -> list[dict]:
@@ -48,7 +42,7 @@ def collab_rows(tokenizer, tasks: list[CollabTask], examples: list, anchor_share
         raise ValueError(f"anchor_share {anchor_share} asks for {n} anchor problems beside {len(tasks)} tasks, but "
                          f"only {len(graded)} prompts have a gold answer: lower anchor_share or raise prompt_limit")
     anchors = rng.sample(graded, n)
-    rows = [{"prompt": opening_prompt(tokenizer, t), "kind": "collab", "id": t.id, "family": t.family, "gold": t.gold,
+    rows = [{"prompt": turn_prompt(tokenizer, t), "kind": "collab", "id": t.id, "family": t.family, "gold": t.gold,
              "answer_right": t.answer_right} for t in tasks]
     rows += [{"prompt": answer_prompt(tokenizer, [{"role": "user", "content": ex.query}]), "kind": "anchor",
               "id": ex.id, "family": None, "gold": ex.gold, "answer_right": None} for ex in anchors]
@@ -70,7 +64,7 @@ class CollabRollout:
         self.tokenizer, self.settings = tokenizer, settings
         self.tasks = {}
         for t in tasks:  # two tasks that open alike are the same conversation to the policy: the first is kept
-            self.tasks.setdefault(opening_prompt(tokenizer, t), t)
+            self.tasks.setdefault(turn_prompt(tokenizer, t), t)
 
     def __call__(self, prompts: list[str], trainer) -> dict:
         from trl.models import unwrap_model_for_generation
@@ -100,12 +94,12 @@ class CollabRollout:
         return out
 
     def _anchors(self, model, prompts, rows, settings, max_new_tokens, out) -> None:
-        end = self.tokenizer.get_added_vocab()
+        added = self.tokenizer.get_added_vocab()
         outs = generate(model, self.tokenizer, [prompts[i] for i in rows], max_new_tokens=max_new_tokens,
                         temperature=settings.temperature, batch_size=settings.batch_size, seed=settings.seed,
                         disable_progress=True)
         for i, (g,) in zip(rows, outs):
-            ids = list(g.token_ids) + ([end[g.stop]] if g.stop in end else [])
+            ids = list(g.token_ids) + ([added[g.stop]] if g.stop in added else [])
             out["prompt_ids"][i] = self.tokenizer(prompts[i], add_special_tokens=False).input_ids
             out["completion_ids"][i], out["env_mask"][i] = ids, [1] * len(ids)
 
