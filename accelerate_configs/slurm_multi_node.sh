@@ -1,7 +1,8 @@
 #!/bin/bash
 # Collaboration DPO on Qwen3.5-2B over several nodes with DeepSpeed ZeRO-3, one task per node starting accelerate.
-#   sbatch --nodes 2 accelerate_configs/slurm_multi_node.sh                       # the DPO recipe
-#   sbatch --nodes 4 accelerate_configs/slurm_multi_node.sh recipes/collab_sft.py recipes/qwen3.5-2b/collab_sft.yaml
+#   mkdir -p logs && sbatch --nodes 2 accelerate_configs/slurm_multi_node.sh       # the DPO recipe
+#   mkdir -p logs && sbatch --nodes 4 accelerate_configs/slurm_multi_node.sh recipes/collab_sft.py recipes/qwen3.5-2b/collab_sft.yaml
+# SLURM opens --output before the script runs: without logs/ the job fails with no log at all, hence the mkdir.
 # Adapt the partition, time and environment lines to your cluster. Extra recipe flags go after the two arguments.
 #SBATCH --job-name=uturn-collab
 #SBATCH --ntasks-per-node=1

@@ -19,11 +19,11 @@ accelerate launch --config_file accelerate_configs/cpu.yaml recipes/collab_grpo.
 accelerate launch --config_file accelerate_configs/cpu.yaml recipes/collab_grpo.py --config recipes/testbed/collab_objective.yaml
 ```
 
-# Qwen3.5-2B with LoRA: one GPU (generation with transformers), or vLLM colocated / as a server
+# Qwen3.5-2B with LoRA: one GPU (generation with transformers), or vLLM as a server. vLLM pins an older transformers
+# than this stack's, so it cannot be colocated in the training process (`--vllm_mode colocate`): it runs in its own
+# environment, `CUDA_VISIBLE_DEVICES=7 trl vllm-serve --model Qwen/Qwen3.5-2B` there, then on the other seven GPUs
 ```bash
 accelerate launch --config_file accelerate_configs/single_gpu.yaml recipes/collab_grpo.py --config recipes/qwen3.5-2b/collab_grpo.yaml
-accelerate launch --config_file accelerate_configs/single_gpu.yaml recipes/collab_grpo.py --config recipes/qwen3.5-2b/collab_grpo.yaml --use_vllm --vllm_mode colocate
-# vLLM in its own environment (it pins an older transformers): `trl vllm-serve --model Qwen/Qwen3.5-2B` there, then
 accelerate launch --config_file accelerate_configs/multi_gpu.yaml --num_processes 7 recipes/collab_grpo.py --config recipes/qwen3.5-2b/collab_grpo.yaml --use_vllm --vllm_mode server
 ```
 """
@@ -52,6 +52,9 @@ def main(training_args, model_args, probe_args, rl_args):
     from uturn_train.training.rl_data import grpo_rows, rl_examples
     from uturn_train.zoo import resolve
 
+    if training_args.use_vllm and training_args.vllm_mode == "colocate":
+        raise ValueError("--vllm_mode colocate loads vLLM into this process, and vLLM pins an older transformers than "
+                         "this stack's: run `trl vllm-serve` in vLLM's own environment and pass --vllm_mode server")
     wandb_offline_unless_logged_in(training_args.report_to, training_args.output_dir)
     name = model_args.model_name_or_path
     with training_args.main_process_first(desc="resolving model names"):  # one process builds or fetches a model

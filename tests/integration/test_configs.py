@@ -52,6 +52,44 @@ def test_qwen_configs_match_the_issue():
         assert config["report_to"] == ["wandb"] and config.get("probe_on_save", True)
 
 
+# What the testbed taught (recipes/README.md) and the 2B YAMLs must carry: the selection rule, DPO's SFT term, the
+# rewards' weights, the mining and collaboration choices. Sizes (steps, tokens, learning rates) differ on purpose.
+LESSONS = {"collab_dpo": ("loss_type", "beta", "anchor_ratio", "mine_temperatures", "select_metric",
+                          "select_max_accuracy_drop", "select_min_distinct"),
+           "collab_grpo": ("loss_type", "beta", "reward_weights", "anchor_share", "prompt_setting", "temperature",
+                           "select_metric", "select_max_accuracy_drop", "select_min_distinct"),
+           "collab_objective": ("objective", "collab_families", "collab_max_turns", "collab_turn_cost", "anchor_share",
+                                "reward_weights", "loss_type", "beta"),
+           "collab_sft": ("loss_scope",)}
+
+
+@pytest.mark.parametrize("name", sorted(LESSONS))
+def test_qwen_configs_carry_what_the_testbed_taught(name):
+    testbed, qwen = (yaml.safe_load((ROOT / "recipes" / d / f"{name}.yaml").read_text())
+                     for d in ("testbed", "qwen3.5-2b"))
+    differ = {k: (testbed.get(k), qwen.get(k)) for k in LESSONS[name] if testbed.get(k) != qwen.get(k)}
+    assert not differ, f"recipes/qwen3.5-2b/{name}.yaml departs from the testbed's measured choice: {differ}"
+
+
+@pytest.mark.parametrize("path", RECIPE_CONFIGS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_the_mine_command_a_yaml_shows_mines_its_pairs(path):
+    """"Mine once, train several": the `uturn mine` line in a DPO YAML's header gives the YAML's own mining fields."""
+    from uturn_train.commands.mine import make_parser
+
+    lines = [line.lstrip("# ").strip() for line in path.read_text().splitlines() if "uturn mine " in line]
+    commands = [line[line.index("uturn mine "):].strip("`") for line in lines]
+    if path.stem != "collab_dpo":
+        return
+    assert commands, f"{path}: shows no `uturn mine` command"
+    config = yaml.safe_load(path.read_text())
+    for command in commands:
+        _, mining = make_parser().parse_args_and_config(command.split()[2:])
+        for key, value in config.items():
+            if hasattr(mining, key):
+                assert getattr(mining, key) == value, f"{path}: `{command}` mines {key}={getattr(mining, key)!r}, " \
+                                                      f"the YAML trains on {value!r}"
+
+
 @pytest.mark.parametrize("path", ABLATION_CONFIGS, ids=lambda p: p.parent.name)
 def test_ablation_files_load_and_probe_every_run_alike(path, monkeypatch):
     from uturn_train.experiments.ablate import load_ablation

@@ -124,6 +124,16 @@ def test_collab_dpo_mines_trains_and_goes_offline(tiny_qwen_dir, data, tmp_path,
     assert any(w.abs().sum() > 0 for k, w in weights.items() if "lora_B" in k)  # B starts at zero: it trained
 
 
+def test_collab_grpo_refuses_vllm_colocated_before_loading_anything(tmp_path):
+    recipe = load_recipe("collab_grpo")
+    args = recipe.make_parser().parse_args_and_config(
+        ["--config", str(ROOT / "recipes/testbed/collab_grpo.yaml"), "--use_vllm", "true", "--vllm_mode", "colocate",
+         "--output_dir", str(tmp_path / "out"), "--report_to", "none"])
+    with pytest.raises(ValueError, match="vllm_mode server"):
+        recipe.main(*args)
+    assert not (tmp_path / "out").exists() and not (tmp_path / "uturn_home").exists()  # refused before the testbed
+
+
 def test_collab_grpo_rewards_user_turns_and_anchors(tiny_qwen_dir, data, tmp_path, capsys):
     recipe = load_recipe("collab_grpo")
     out = tmp_path / "grpo"
