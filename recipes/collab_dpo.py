@@ -44,11 +44,12 @@ def main(script_args, training_args, model_args, probe_args, mining_args):
     from uturn_train.distributed import keep_non_reentrant_checkpointing
     from uturn_train.models import load_model, load_tokenizer, lora_config
     from uturn_train.probe.history import report_probe_history
-    from uturn_train.tracking import wandb_offline_unless_logged_in
+    from uturn_train.tracking import name_run_by_seed, wandb_offline_unless_logged_in
     from uturn_train.training.mining import load_pairs, mine_pairs, mining_examples, resumable_pairs, save_pairs
     from uturn_train.zoo import resolve
 
     wandb_offline_unless_logged_in(training_args.report_to, training_args.output_dir)
+    name_run_by_seed(training_args)
     name = model_args.model_name_or_path
     with training_args.main_process_first(desc="resolving model names"):  # one process builds or fetches a model
         resolve(model_args, probe_args, mining_args)

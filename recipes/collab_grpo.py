@@ -46,7 +46,7 @@ def main(training_args, model_args, probe_args, rl_args):
     from uturn_train.probe.labelers.judge import load_judge
     from uturn_train.probe.settings import labeler_for
     from uturn_train.testbed.collab import training_collab_tasks
-    from uturn_train.tracking import wandb_offline_unless_logged_in
+    from uturn_train.tracking import name_run_by_seed, wandb_offline_unless_logged_in
     from uturn_train.training.collab_rl import CollabReward, CollabRollout, collab_rows
     from uturn_train.training.rewards import LengthGuard, UserTurnReward, accuracy
     from uturn_train.training.rl_data import grpo_rows, rl_examples
@@ -56,6 +56,7 @@ def main(training_args, model_args, probe_args, rl_args):
         raise ValueError("--vllm_mode colocate loads vLLM into this process, and vLLM pins an older transformers than "
                          "this stack's: run `trl vllm-serve` in vLLM's own environment and pass --vllm_mode server")
     wandb_offline_unless_logged_in(training_args.report_to, training_args.output_dir)
+    name_run_by_seed(training_args)
     name = model_args.model_name_or_path
     with training_args.main_process_first(desc="resolving model names"):  # one process builds or fetches a model
         resolve(model_args, probe_args, rl_args)

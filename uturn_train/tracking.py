@@ -31,3 +31,13 @@ def wandb_offline_unless_logged_in(report_to, output_dir: str | None = None) -> 
         os.environ["WANDB_MODE"] = "offline"
         logger.warning("W&B: not logged in (no WANDB_API_KEY, no %s in ~/.netrc), so logging offline; upload the "
                        "run later with `wandb sync`", host)
+
+
+def name_run_by_seed(training_args) -> None:
+    """Adds `-seed<N>` to a `run_name` that has no seed in it, so that `--seed 1` and `--seed 2` of one YAML are two
+    W&B runs with two names (the ablation's `<run>-seed<N>` names are kept as they are)."""
+    import re
+
+    name = training_args.run_name
+    if name and not re.search(r"-seed\d+$", name):
+        training_args.run_name = f"{name}-seed{training_args.seed}"

@@ -108,6 +108,9 @@ def test_the_cli_reads_a_yaml_and_its_overrides(capsys):
     (["--config", str(YAMLS / "collab_dpo.yaml"), "--dtype", "int8"], "dtype 'int8'"),
     (["--config", str(YAMLS / "collab_dpo.yaml"), "--use_peft", "false"], "pass --use_peft true"),
     (["--config", str(YAMLS / "collab_dpo.yaml"), "--lora_target_modules", "nope_proj"], "matches no module"),
+    (["--config", str(YAMLS / "collab_dpo.yaml"), "--per_device_train_batchsize", "8"],
+     "did you mean --per_device_train_batch_size?"),
+    (["--config", str(YAMLS / "collab_sft.yaml"), "--mine_samples", "8"], "not an option of the sft recipe"),
 ])
 def test_bad_input_is_one_clear_line(argv, message, capsys):
     with pytest.raises(SystemExit) as e:

@@ -113,6 +113,7 @@ def test_collab_dpo_mines_trains_and_goes_offline(tiny_qwen_dir, data, tmp_path,
          *mining_overrides(data), "--report_to", "wandb"])
     recipe.main(*args)
     assert os.environ["WANDB_MODE"] == "offline"
+    assert wandb.run.name == "testbed-collab-dpo-seed0"  # seeds of one YAML are runs of their own names
     wandb.finish()  # as the recipe's process would at exit: the offline file is complete once the run ends
     (run_dir,) = (tmp_path / "wandb" / "wandb").glob("offline-run-*")
     assert any("train/probe/followup_rate/T0.0" in r for r in history_rows(run_dir))

@@ -139,13 +139,16 @@ def defaults(recipe: str) -> dict:
     """The values a recipe uses when the YAML is silent: its dataclasses' defaults (TRL's and this project's)."""
     import dataclasses
 
-    from trl import DPOConfig, GRPOConfig, ModelConfig, SFTConfig
+    from trl import DPOConfig, GRPOConfig, ModelConfig, ScriptArguments, SFTConfig
 
     from ..training.callback import ProbeArguments
+    from ..training.data import CollabDataArguments
     from ..training.mining import MiningArguments
     from ..training.rl_data import RLArguments
 
-    classes = {"sft": [SFTConfig], "dpo": [DPOConfig, MiningArguments], "grpo": [GRPOConfig, RLArguments]}[recipe]
+    # As each recipe's make_parser() lists them
+    classes = {"sft": [ScriptArguments, SFTConfig, CollabDataArguments], "dpo": [ScriptArguments, DPOConfig,
+               MiningArguments], "grpo": [GRPOConfig, RLArguments]}[recipe]
     out = {}
     for cls in [ModelConfig, ProbeArguments, *classes]:
         for f in dataclasses.fields(cls):
@@ -277,7 +280,16 @@ def run_plan(argv: list[str]) -> list[dict]:
         raise ValueError(f"--config {args.config}: no such file")
     given = {**(yaml.safe_load(path.read_text()) or {}), "recipe": args.recipe, **overrides}
     recipe = recipe_of(args.config, given)
-    values = {**defaults(recipe), **given, "recipe": recipe, "prompt_tokens": args.prompt_tokens}
+    known = defaults(recipe)
+    unknown = [key for key in given if key not in known and key not in ("recipe", "env")]
+    if unknown:  # a misspelt option would otherwise plan the default silently
+        import difflib
+
+        hints = [f"--{k}" + (f" (did you mean --{m[0]}?)" if (m := difflib.get_close_matches(k, known, 1)) else "")
+                 for k in unknown]
+        raise ValueError(f"{', '.join(hints)}: not an option of the {recipe} recipe "
+                         f"({'the command line' if set(unknown) & set(overrides) else args.config})")
+    values = {**known, **given, "recipe": recipe, "prompt_tokens": args.prompt_tokens}
     if "model_name_or_path" not in given:
         raise ValueError(f"{args.config} names no model_name_or_path; pass --model_name_or_path")
     if not values["use_peft"]:
