@@ -188,7 +188,7 @@ def test_probe_with_the_trained_judge_keeps_the_rules_beside(small_judge, tiny_q
     from uturn_train.probe.record import log_scalars
 
     logs = log_scalars(run.summary, "gsm8k", "trained")
-    assert logs["probe/grounded_rate/T0.0"] == pytest.approx(grounded) and "probe/judge_errors" not in logs
+    assert logs["probe/grounded_followup_rate/T0.0"] == pytest.approx(grounded) and "probe/judge_errors" not in logs
 
 
 def test_classify_with_the_trained_judge(small_judge, tmp_path):

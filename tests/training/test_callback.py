@@ -142,7 +142,7 @@ def test_judge_labeler_logs_the_judges_rates(tiny_qwen_dir, gsm8k_file, tmp_path
             of_t = [r for r in rows if r["temperature"] == t]
             rate = sum(label_of(r["user_turn"]) == "followup" for r in of_t) / len(of_t)
             assert h[f"probe/followup_rate/T{t}"] == h[f"probe/judge_followup_rate/T{t}"] == rate
-            assert h[f"probe/judge_grounded_rate/T{t}"] == rate
+            assert h[f"probe/judge_grounded_followup_rate/T{t}"] == rate
 
 
 def test_wandb_offline_records_probe_scalars(tiny_qwen_dir, gsm8k_file, tmp_path, monkeypatch):

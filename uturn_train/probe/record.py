@@ -6,7 +6,8 @@ with the figures of [`~uturn_train.probe.metrics.summarize_setting`]. A figure h
 
 - its *field* in a settings entry: `grounded_followup_rate`;
 - its *flat name*, the field at a temperature: `grounded_followup_rate_T0` (selection rules, mining and testbed cards);
-- its *log key*, the scalar the callback logs: `probe/grounded_rate/T0.0` (W&B shows it as `train/probe/...`).
+- its *log key*, the scalar the callback logs: `probe/grounded_followup_rate/T0.0` (W&B shows it as
+  `train/probe/grounded_followup_rate/T0.0`).
 
 ```python
 >>> record = {"accuracy": 0.5, "settings": [{"temperature": 0.0, "followup_rate": 0.25, "grounded_followup_rate": 0.1}]}
@@ -26,9 +27,6 @@ from .rules.classify import LABELS
 FOLLOWUP, GROUNDED = "followup_rate", "grounded_followup_rate"
 SHARES = ("distinct_followups", "distinct_templates")  # shares of a probe's follow-ups: no per-prompt value
 FIGURES = (FOLLOWUP, GROUNDED, *SHARES)
-# The log key of each figure: `probe/<short>/T<t>`.
-_LOG_NAMES = {FOLLOWUP: "followup_rate", GROUNDED: "grounded_rate", "distinct_followups": "distinct_followups",
-              "distinct_templates": "distinct_templates"}
 _FLAT = re.compile(r"(\w+?)_T(\d+(?:\.\d+)?)")
 
 
@@ -69,15 +67,18 @@ def flat_figures(record: dict, names: tuple[str, ...] = (FOLLOWUP, GROUNDED)) ->
 
 
 def log_key(name: str, temperature: float) -> str:
-    """`probe/grounded_rate/T0.0`: the scalar the callback logs for a figure at a temperature."""
-    return f"probe/{_LOG_NAMES[name]}/T{temperature:.1f}"
+    """`probe/grounded_followup_rate/T0.0`: the scalar the callback logs for a figure at a temperature (its field's
+    name: one name per figure in results, history, selection rules and W&B)."""
+    if name not in FIGURES:
+        raise ValueError(f"{name!r} is not a probe figure: one of {FIGURES}")
+    return f"probe/{name}/T{temperature:.1f}"
 
 
 def log_scalars(record: dict, task: str, labeler: str = "rules") -> dict[str, float]:
     """The scalars the callback logs for a probe record: each rate with its interval (`/ci_low`, `/ci_high`), the
-    distinct shares, every label's share (`probe/<label>_share/T<t>`), `<task>/accuracy`, and with an LLM judge its
-    rates (`probe/judge_followup_rate/T<t>`, `probe/judge_grounded_rate/T<t>`) and `probe/judge_errors`. A temperature
-    whose every row is an error row has no rate and logs nothing."""
+    distinct shares, every label's share (`probe/<label>_share/T<t>`), `<task>/accuracy`, and with an LLM judge
+    its rates (`probe/judge_followup_rate/T<t>`, `probe/judge_grounded_followup_rate/T<t>`) and `probe/judge_errors`.
+    A temperature whose every row is an error row has no rate and logs nothing."""
     logs = {}
     if record.get("accuracy") is not None:
         logs[f"{task}/accuracy"] = record["accuracy"]
@@ -99,7 +100,7 @@ def log_scalars(record: dict, task: str, labeler: str = "rules") -> dict[str, fl
         if judged is not None and judged["followup_rate"] is not None:
             logs[f"probe/judge_followup_rate/T{t:.1f}"] = judged["followup_rate"]
             if judged.get(GROUNDED) is not None:
-                logs[f"probe/judge_grounded_rate/T{t:.1f}"] = judged[GROUNDED]
+                logs[f"probe/judge_grounded_followup_rate/T{t:.1f}"] = judged[GROUNDED]
     if "errors" in record.get("judge", {}):  # an LLM judge's failed requests (the trained judge makes none)
         logs["probe/judge_errors"] = float(record["judge"]["errors"])
     return logs

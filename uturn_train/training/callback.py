@@ -103,13 +103,13 @@ class _PreservedState:
 class UserTurnProbeCallback(TrainerCallback):
     """Measures greedy and sampled follow-up rates (and accuracy on tasks with gold answers) while training.
 
-    Records, at each probed step: scalars `probe/followup_rate/T<t>` and `probe/grounded_rate/T<t>` (+ `ci_low`/
-    `ci_high`), `probe/distinct_followups/T<t>` and `probe/distinct_templates/T<t>`, `probe/<label>_share/T<t>`,
-    `<task>/accuracy`, `probe/seconds` through the trainer's logging; with `probe_collab`,
+    Records, at each probed step: scalars `probe/followup_rate/T<t>` and `probe/grounded_followup_rate/T<t>`
+    (+ `ci_low`/`ci_high`), `probe/distinct_followups/T<t>` and `probe/distinct_templates/T<t>`,
+    `probe/<label>_share/T<t>`, `<task>/accuracy`, `probe/seconds` through the trainer's logging; with `probe_collab`,
     `collab/success_rate/<family>` (+ `ci_low`/`ci_high`), `collab/success_rate/peer_check_wrong_start` and
     `collab/seconds`; with an LLM judge (`probe_labeler` `judge` or
-    `both`) also `probe/judge_followup_rate/T<t>`, `probe/judge_grounded_rate/T<t>` and `probe/judge_errors`; a W&B
-    table of samples;
+    `both`) also `probe/judge_followup_rate/T<t>`, `probe/judge_grounded_followup_rate/T<t>` and
+    `probe/judge_errors`; a W&B table of samples;
     `output_dir/probe_history.jsonl` (one record per step), `output_dir/probe/step_<N>.jsonl` (the samples) and
     `output_dir/collab/step_<N>.jsonl` (the conversations).
 
