@@ -16,7 +16,8 @@ def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="uturn ablate", description="Post-training objectives side by side, each on "
                                      "several seeds, then the report.")
     parser.add_argument("--config", required=True, help="the ablation file (e.g. recipes/testbed/ablation.yaml)")
-    parser.add_argument("--out", default=None, help="output folder (default: outputs/ablations/<name>)")
+    parser.add_argument("--out", "--output_dir", dest="out",
+                        default=None, help="output folder (default: outputs/ablations/<name>)")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--dry_run", action="store_true", help="print the commands, run nothing")
     mode.add_argument("--slurm", action="store_true", help="write an sbatch array script (one task per run)")

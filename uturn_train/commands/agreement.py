@@ -16,7 +16,8 @@ def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="uturn agreement", description="How well the rules (and an LLM judge) agree "
                                      "with reference labels.")
     parser.add_argument("--input", required=True, help="jsonl with query, answer, user_turn and a reference label")
-    parser.add_argument("--out", default="uturn_agreement", help="output directory")
+    parser.add_argument("--out", "--output_dir", dest="out",
+                        default="uturn_agreement", help="output directory")
     parser.add_argument("--judge_base_url", default=None, help="OpenAI-compatible API root of an LLM judge")
     parser.add_argument("--judge_model", default=None, help="the judge model's name")
     parser.add_argument("--judge_api_key_env", default="OPENAI_API_KEY", help="env variable holding the judge's key")

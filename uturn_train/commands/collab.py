@@ -45,7 +45,8 @@ class CollabScriptArguments:
         out (`str`, *optional*, defaults to `"uturn_collab"`): output folder.
     """
 
-    model: str = field(default="testbed", metadata={"help": "The model under test (testbed, a folder, a hub id...)."})
+    model: str = field(default="testbed", metadata={
+        "aliases": ["--model_name_or_path"], "help": "The model under test (testbed, a folder, a hub id...)."})
     task: str = field(default="testbed", metadata={"help": "testbed, gsm8k or file (your own tasks in --data)."})
     data: str | None = field(default=None, metadata={
         "help": "The tasks' jsonl (filled in for testbed); for gsm8k the problems (default: the hub's test split)."})
@@ -54,7 +55,8 @@ class CollabScriptArguments:
     partner_base_url: str | None = field(default=None, metadata={"help": "The partner's OpenAI-compatible server."})
     partner_served_model: str | None = field(default=None, metadata={"help": "The partner's name on that server."})
     dtype: str = field(default="auto", metadata={"help": "auto (bf16 on GPU, fp32 on CPU), bfloat16, float32..."})
-    out: str = field(default="uturn_collab", metadata={"help": "Output directory."})
+    out: str = field(default="uturn_collab", metadata={
+        "aliases": ["--output_dir"], "help": "Output directory."})
 
     def __post_init__(self):
         if self.task not in ("testbed", "gsm8k", "file"):

@@ -19,7 +19,8 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--feature_model", default="smollm2-135m-instruct",
                         help="the fixed model whose likelihoods the judge reads (train; eval reads the weights')")
     parser.add_argument("--cache", default=None, help="feature cache (default: $UTURN_HOME/judge_features.jsonl)")
-    parser.add_argument("--out", default="outputs/judge", help="eval: where judge_eval.json and .md go")
+    parser.add_argument("--out", "--output_dir", dest="out",
+                        default="outputs/judge", help="eval: where judge_eval.json and .md go")
     return parser
 
 

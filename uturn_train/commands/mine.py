@@ -23,8 +23,10 @@ class MineScriptArguments:
         out (`str`, *optional*, defaults to `"pairs"`): output folder (`save_to_disk` + `mining_card.json`).
     """
 
-    model: str = field(default="testbed", metadata={"help": "Hub id or local path; `testbed` = the tiny model."})
-    out: str = field(default="pairs", metadata={"help": "Output folder."})
+    model: str = field(default="testbed", metadata={
+        "aliases": ["--model_name_or_path"], "help": "Hub id or local path; `testbed` = the tiny model."})
+    out: str = field(default="pairs", metadata={
+        "aliases": ["--output_dir"], "help": "Output folder."})
     dtype: str = field(default="auto", metadata={"help": "auto (bf16 on GPU, fp32 on CPU), bfloat16, float32..."})
 
 

@@ -14,7 +14,8 @@ def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="uturn report", description="Training runs side by side: follow-up and "
                                      "grounded follow-up rates against accuracy.")
     parser.add_argument("dirs", nargs="+", metavar="DIR", help="run folders or ablation folders")
-    parser.add_argument("--out", default=None, help="output folder (default: DIR, when one is given)")
+    parser.add_argument("--out", "--output_dir", dest="out",
+                        default=None, help="output folder (default: DIR, when one is given)")
     parser.add_argument("--wandb", action="store_true", help="log the tables and the plot to W&B (offline unless "
                         "logged in); done anyway when a W&B run is active")
     parser.add_argument("--max_accuracy_drop", type=float, default=0.05,

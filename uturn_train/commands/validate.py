@@ -37,12 +37,14 @@ class ValidateScriptArguments:
             trained judge) or `auto` (the rules on the testbed, the judge on other tasks).
     """
 
-    model: str = field(default="testbed", metadata={"help": "Hub id or local path; `testbed` = the tiny built-in one."})
+    model: str = field(default="testbed", metadata={
+        "aliases": ["--model_name_or_path"], "help": "Hub id or local path; `testbed` = the tiny built-in one."})
     task: str = field(default="testbed", metadata={"help": "testbed or oasst (tasks with answers and next turns)."})
     data: str | None = field(default=None, metadata={"help": "Local jsonl path or hub data set name."})
     limit: int | None = field(default=None, metadata={"help": "Generate for the first N prompts only."})
     dtype: str = field(default="auto", metadata={"help": "auto (bf16 on GPU, fp32 on CPU), bfloat16, float32..."})
-    out: str = field(default="uturn_validate", metadata={"help": "Output directory."})
+    out: str = field(default="uturn_validate", metadata={
+        "aliases": ["--output_dir"], "help": "Output directory."})
     labeler: str = field(default="auto", metadata={
         "help": "auto (rules on the testbed, the trained judge elsewhere), rules or trained."})
 
