@@ -74,3 +74,12 @@ def test_a_misspelt_flag_in_the_docs_would_fail():
     flags = _known("uturn", "probe")
     assert "out" in flags and "output_dir" in flags and "model_name_or_path" in flags
     assert not set(FLAG.findall(" --temperatures 0 1.0 --outt x")) <= flags
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_every_command_takes_dashes_for_underscores(command):
+    """`--dry-run` as `--dry_run`: TRL's parser takes both, so the plain-argparse commands do too."""
+    parser = importlib.import_module(f"uturn_train.commands.{command}").make_parser()
+    flags = _flags(parser)
+    missing = [f for f in flags if "_" in f and f.replace("_", "-") not in flags]
+    assert not missing, f"uturn {command}: no dashed spelling for {missing}"

@@ -10,6 +10,7 @@ import argparse
 import sys
 
 from ..experiments.ablate import count_runs, finished_runs, load_ablation, run_ablation, shell_command, write_sbatch
+from . import dashed_aliases
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -23,7 +24,7 @@ def make_parser() -> argparse.ArgumentParser:
     mode.add_argument("--slurm", action="store_true", help="write an sbatch array script (one task per run)")
     parser.add_argument("--only", default=None, metavar="NAME", help="run only this (run, seed) (what each array "
                         "task does), or every seed of this run")
-    return parser
+    return dashed_aliases(parser)
 
 
 def main(argv: list[str]) -> None:

@@ -10,6 +10,7 @@ import argparse
 from pathlib import Path
 
 from ..probe.validity.agreement import markdown, run_agreement
+from . import dashed_aliases
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -23,7 +24,7 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--judge_api_key_env", default="OPENAI_API_KEY", help="env variable holding the judge's key")
     parser.add_argument("--judge_cache_dir", default=None, help="judge verdict cache (default $UTURN_HOME/judge_cache)")
     parser.add_argument("--concurrency", type=int, default=4, help="judge requests in flight")
-    return parser
+    return dashed_aliases(parser)
 
 
 def main(argv: list[str]) -> None:

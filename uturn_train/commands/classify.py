@@ -9,6 +9,8 @@ import logging
 from collections import Counter
 from pathlib import Path
 
+from . import dashed_aliases
+
 
 def classify_file(input_path: str, output_path: str, seed: int = 0, scorer: str | None = None,
                   judge=None) -> list[dict]:
@@ -81,7 +83,7 @@ def make_parser() -> argparse.ArgumentParser:
                         help="who decides: the rules, or the trained judge (uturn-judge-v2; the rules ride along)")
     parser.add_argument("--scorer", help="a model that must confirm each grounded turn (smollm2-135m-instruct or a "
                         "folder; README: A real model)")
-    return parser
+    return dashed_aliases(parser)
 
 
 def main(argv: list[str]) -> None:

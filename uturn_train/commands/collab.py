@@ -20,6 +20,7 @@ from ..collab.partners import ModelPartner, OraclePartner
 from ..collab.plot import plot_success
 from ..collab.tasks import load_collab_tasks
 from ..io import ensure_writable_dir, write_json, write_jsonl
+from . import MODEL_ALIASES, OUTPUT_ALIASES
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +47,7 @@ class CollabScriptArguments:
     """
 
     model: str = field(default="testbed", metadata={
-        "aliases": ["--model_name_or_path"], "help": "The model under test (testbed, a folder, a hub id...)."})
+        "aliases": MODEL_ALIASES, "help": "The model under test (testbed, a folder, a hub id...)."})
     task: str = field(default="testbed", metadata={"help": "testbed, gsm8k or file (your own tasks in --data)."})
     data: str | None = field(default=None, metadata={
         "help": "The tasks' jsonl (filled in for testbed); for gsm8k the problems (default: the hub's test split)."})
@@ -56,7 +57,7 @@ class CollabScriptArguments:
     partner_served_model: str | None = field(default=None, metadata={"help": "The partner's name on that server."})
     dtype: str = field(default="auto", metadata={"help": "auto (bf16 on GPU, fp32 on CPU), bfloat16, float32..."})
     out: str = field(default="uturn_collab", metadata={
-        "aliases": ["--output_dir"], "help": "Output directory."})
+        "aliases": OUTPUT_ALIASES, "help": "Output directory."})
 
     def __post_init__(self):
         if self.task not in ("testbed", "gsm8k", "file"):

@@ -9,6 +9,7 @@ import argparse
 from pathlib import Path
 
 from ..probe.labelers.judge import NAME, WEIGHTS
+from . import dashed_aliases
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -21,7 +22,7 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--cache", default=None, help="feature cache (default: $UTURN_HOME/judge_features.jsonl)")
     parser.add_argument("--out", "--output_dir", dest="out",
                         default="outputs/judge", help="eval: where judge_eval.json and .md go")
-    return parser
+    return dashed_aliases(parser)
 
 
 def main(argv: list[str]) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ..io import ensure_writable_dir
 from ..training.mining import MiningArguments
+from . import MODEL_ALIASES, OUTPUT_ALIASES
 
 logger = logging.getLogger(__name__)
 
@@ -24,9 +25,9 @@ class MineScriptArguments:
     """
 
     model: str = field(default="testbed", metadata={
-        "aliases": ["--model_name_or_path"], "help": "Hub id or local path; `testbed` = the tiny model."})
+        "aliases": MODEL_ALIASES, "help": "Hub id or local path; `testbed` = the tiny model."})
     out: str = field(default="pairs", metadata={
-        "aliases": ["--output_dir"], "help": "Output folder."})
+        "aliases": OUTPUT_ALIASES, "help": "Output folder."})
     dtype: str = field(default="auto", metadata={"help": "auto (bf16 on GPU, fp32 on CPU), bfloat16, float32..."})
 
 

@@ -33,6 +33,8 @@ import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import dashed_aliases
+
 GIB = 2**30
 CUDA_GIB = 1.5  # the CUDA context and the allocator's fragmentation, beside what is planned
 WIDTH = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -249,7 +251,7 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--gpu_gb", type=float, nargs="+", default=[24, 80], help="Device sizes (GiB) to check.")
     parser.add_argument("--prompt_tokens", type=int, default=256,
                         help="Tokens of a prompt before any answer (a GSM8K problem in its template: ~150-250).")
-    return parser
+    return dashed_aliases(parser)
 
 
 def _parse(argv):

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ..io import ensure_writable_dir, write_json, write_jsonl
 from ..probe.settings import ProbeSettings
+from . import MODEL_ALIASES, OUTPUT_ALIASES
 
 logger = logging.getLogger(__name__)
 
@@ -36,7 +37,7 @@ class ProbeScriptArguments:
     """
 
     model: str = field(default="testbed", metadata={
-        "aliases": ["--model_name_or_path"], "help": "Hub id, local path or .gguf file; `testbed` = the tiny "
+        "aliases": MODEL_ALIASES, "help": "Hub id, local path or .gguf file; `testbed` = the tiny "
                                                     "built-in one; `smollm2-135m-instruct` (fetched once)."})
     task: str = field(default="gsm8k", metadata={"help": "gsm8k, ifeval, ifbench, mtbench, oasst or testbed."})
     data: str | None = field(default=None, metadata={"help": "Local jsonl path or hub data set name."})
@@ -44,7 +45,7 @@ class ProbeScriptArguments:
     skip_bad_rows: bool = field(default=False, metadata={"help": "Skip and count rows with missing fields."})
     dtype: str = field(default="auto", metadata={"help": "auto (bf16 on GPU, fp32 on CPU), bfloat16, float32..."})
     out: str = field(default="uturn_probe", metadata={
-        "aliases": ["--output_dir"], "help": "Output directory."})
+        "aliases": OUTPUT_ALIASES, "help": "Output directory."})
     backend: str = field(default="hf", metadata={"help": "hf (transformers, here) or server (OpenAI-compatible)."})
     base_url: str | None = field(default=None, metadata={"help": "Server API root, e.g. http://127.0.0.1:8000/v1."})
     served_model: str | None = field(default=None, metadata={"help": "Model name on the server (default: its only)."})

@@ -8,6 +8,7 @@ import argparse
 from pathlib import Path
 
 from ..experiments.report import write_report
+from . import dashed_aliases
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -20,7 +21,7 @@ def make_parser() -> argparse.ArgumentParser:
                         "logged in); done anyway when a W&B run is active")
     parser.add_argument("--max_accuracy_drop", type=float, default=0.05,
                         help="the best checkpoint loses at most this much accuracy against step 0")
-    return parser
+    return dashed_aliases(parser)
 
 
 def main(argv: list[str]) -> None:

@@ -5,6 +5,8 @@
 
 import argparse
 
+from . import dashed_aliases
+
 
 def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="uturn testbed", description="The tiny Qwen3.5 world, built offline.")
@@ -14,7 +16,7 @@ def make_parser() -> argparse.ArgumentParser:
                         default=None, help="target directory (default: $UTURN_HOME/testbed)")
     build.add_argument("--force", action="store_true", help="replace an existing build")
     build.add_argument("--seed", type=int, default=0)
-    return parser
+    return dashed_aliases(parser)
 
 
 def main(argv: list[str]) -> None:

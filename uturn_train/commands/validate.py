@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field, replace
 from ..io import atomic_open, ensure_writable_dir, write_json, write_jsonl
 from ..probe.settings import OFFLINE_LABELERS, ProbeSettings, labeler_for
 from ..probe.validity.perturbations import ValidateSettings, load_contexts, markdown, validate
+from . import MODEL_ALIASES, OUTPUT_ALIASES
 
 logger = logging.getLogger(__name__)
 
@@ -38,13 +39,13 @@ class ValidateScriptArguments:
     """
 
     model: str = field(default="testbed", metadata={
-        "aliases": ["--model_name_or_path"], "help": "Hub id or local path; `testbed` = the tiny built-in one."})
+        "aliases": MODEL_ALIASES, "help": "Hub id or local path; `testbed` = the tiny built-in one."})
     task: str = field(default="testbed", metadata={"help": "testbed or oasst (tasks with answers and next turns)."})
     data: str | None = field(default=None, metadata={"help": "Local jsonl path or hub data set name."})
     limit: int | None = field(default=None, metadata={"help": "Generate for the first N prompts only."})
     dtype: str = field(default="auto", metadata={"help": "auto (bf16 on GPU, fp32 on CPU), bfloat16, float32..."})
     out: str = field(default="uturn_validate", metadata={
-        "aliases": ["--output_dir"], "help": "Output directory."})
+        "aliases": OUTPUT_ALIASES, "help": "Output directory."})
     labeler: str = field(default="auto", metadata={
         "help": "auto (rules on the testbed, the trained judge elsewhere), rules or trained."})
 
