@@ -23,7 +23,8 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--judge_model", default=None, help="the judge model's name")
     parser.add_argument("--judge_api_key_env", default="OPENAI_API_KEY", help="env variable holding the judge's key")
     parser.add_argument("--judge_cache_dir", default=None, help="judge verdict cache (default $UTURN_HOME/judge_cache)")
-    parser.add_argument("--concurrency", type=int, default=4, help="judge requests in flight")
+    parser.add_argument("--judge_concurrency", "--concurrency", dest="judge_concurrency", type=int, default=4,
+                        help="judge requests in flight (as in `uturn probe`; --concurrency: its old name)")
     return dashed_aliases(parser)
 
 
@@ -36,7 +37,7 @@ def main(argv: list[str]) -> None:
         from ..probe.labelers.llm_judge import Judge
 
         judge = Judge(args.judge_base_url, args.judge_model, api_key_env=args.judge_api_key_env,
-                      cache_dir=args.judge_cache_dir, concurrency=args.concurrency)
+                      cache_dir=args.judge_cache_dir, concurrency=args.judge_concurrency)
     report = run_agreement(args.input, args.out, judge=judge)
     print(markdown(report))
     print(f"wrote {Path(args.out) / 'agreement.json'} and {Path(args.out) / 'disagreements.jsonl'}")
