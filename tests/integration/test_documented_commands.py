@@ -83,3 +83,18 @@ def test_every_command_takes_dashes_for_underscores(command):
     flags = _flags(parser)
     missing = [f for f in flags if "_" in f and f.replace("_", "-") not in flags]
     assert not missing, f"uturn {command}: no dashed spelling for {missing}"
+
+
+def test_argparse_commands_read_a_yaml_as_trl_commands_do(tmp_path):
+    from uturn_train.commands import parse_args
+    from uturn_train.commands.classify import make_parser
+
+    config = tmp_path / "classify.yaml"
+    config.write_text("input: turns.jsonl\noutput: labelled.jsonl\nlabeler: trained\n")
+    args = parse_args(make_parser(), ["--config", str(config), "--labeler", "rules"])
+    assert (args.input, args.output, args.labeler) == ("turns.jsonl", "labelled.jsonl", "rules")  # the line wins
+    config.write_text("input: turns.jsonl\noutput: labelled.jsonl\nlabler: trained\n")
+    with pytest.raises(ValueError, match="labler: not an option of uturn classify"):
+        parse_args(make_parser(), ["--config", str(config)])
+    with pytest.raises(ValueError, match="no-such.yaml"):
+        parse_args(make_parser(), ["--config", str(tmp_path / "no-such.yaml")])

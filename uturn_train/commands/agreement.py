@@ -10,7 +10,7 @@ import argparse
 from pathlib import Path
 
 from ..probe.validity.agreement import markdown, run_agreement
-from . import dashed_aliases
+from . import dashed_aliases, parse_args
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -29,7 +29,7 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> None:
-    args = make_parser().parse_args(argv)
+    args = parse_args(make_parser(), argv)
     judge = None
     if (args.judge_base_url is None) != (args.judge_model is None):
         raise ValueError("pass both --judge_base_url and --judge_model, or neither")

@@ -9,7 +9,7 @@ import logging
 from collections import Counter
 from pathlib import Path
 
-from . import dashed_aliases
+from . import dashed_aliases, parse_args
 
 
 def classify_file(input_path: str, output_path: str, seed: int = 0, scorer: str | None = None,
@@ -89,7 +89,7 @@ def make_parser() -> argparse.ArgumentParser:
 def main(argv: list[str]) -> None:
     from ..zoo import resolve
 
-    args = make_parser().parse_args(argv)
+    args = parse_args(make_parser(), argv)
     resolve(args)
     judge = None
     if args.labeler == "trained":

@@ -9,7 +9,7 @@ import argparse
 from pathlib import Path
 
 from ..probe.labelers.judge import NAME, WEIGHTS
-from . import dashed_aliases
+from . import dashed_aliases, parse_args
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -39,7 +39,7 @@ def main(argv: list[str]) -> None:
     from ..testbed import testbed_dir
     from ..zoo import resolve
 
-    args = make_parser().parse_args(argv)
+    args = parse_args(make_parser(), argv)
     shared = Path(args.shared_data or ROOT.parent / "shared" / "data")
     if not (shared / "README.md").exists():
         raise ValueError(f"--shared_data {shared}: the real data sets are not there (see ../shared/data/README.md)")

@@ -8,7 +8,7 @@ import argparse
 from pathlib import Path
 
 from ..experiments.report import write_report
-from . import dashed_aliases
+from . import dashed_aliases, parse_args
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -25,7 +25,7 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> None:
-    args = make_parser().parse_args(argv)
+    args = parse_args(make_parser(), argv)
     if args.out is None and len(args.dirs) > 1:
         raise ValueError("several DIRs given: pass --out for the report")
     out = Path(args.out or args.dirs[0])

@@ -5,7 +5,7 @@
 
 import argparse
 
-from . import dashed_aliases
+from . import dashed_aliases, parse_args
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -22,5 +22,5 @@ def make_parser() -> argparse.ArgumentParser:
 def main(argv: list[str]) -> None:
     from ..testbed import build_testbed
 
-    args = make_parser().parse_args(argv)
+    args = parse_args(make_parser(), argv)
     print(build_testbed(args.out, force=args.force, seed=args.seed))
