@@ -362,5 +362,6 @@ def test_interrupted_ablation_resumes_without_repeating_a_finished_run(tiny_qwen
         for record in read_records(next(run_dir.glob("run-*.wandb"))):
             if record.WhichOneof("record_type") == "run":
                 seen.add((record.run.display_name, record.run.run_group, tuple(record.run.tags)))
-    assert {("collab_sft-loss_scope-assistant", "tiny-ablation", ("test",)),
-            ("collab_sft-loss_scope-user", "tiny-ablation", ("test",))} <= seen
+    # Without `seeds` the folders carry no seed; the W&B names do, as every recipe run's (the YAML's seed 0)
+    assert {("collab_sft-loss_scope-assistant-seed0", "tiny-ablation", ("test",)),
+            ("collab_sft-loss_scope-user-seed0", "tiny-ablation", ("test",))} <= seen
