@@ -24,7 +24,6 @@ seeds 0, 1): grounded F1 0.783-0.793 (kappa grounded 0.714-0.733) against 0.771 
 
 import argparse
 import random
-import sys
 from pathlib import Path
 
 import torch
@@ -32,7 +31,6 @@ import torch.nn.functional as F
 from torch import nn
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 
 class Reader(nn.Module):
@@ -81,8 +79,7 @@ def token_states(rows, likelihoods, cache: Path) -> list[tuple[torch.Tensor, tor
 
 
 def batch(items, extra):
-    width = max(len(c) for c, _, _ in items), max(len(t) for _, t, _ in items)
-    C, T = width
+    C, T = max(len(c) for c, _, _ in items), max(len(t) for _, t, _ in items)
     states = torch.zeros(len(items), C + T, items[0][0].shape[-1])
     segments = torch.zeros(len(items), C + T, dtype=torch.long)
     keys = torch.zeros(len(items), C + T, dtype=torch.bool)

@@ -10,14 +10,14 @@ import argparse
 import sys
 
 from ..experiments.ablate import count_runs, finished_runs, load_ablation, run_ablation, shell_command, write_sbatch
-from . import dashed_aliases
+from . import OUTPUT_ALIASES, dashed_aliases
 
 
 def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="uturn ablate", description="Post-training objectives side by side, each on "
                                      "several seeds, then the report.")
     parser.add_argument("--config", required=True, help="the ablation file (e.g. recipes/testbed/ablation.yaml)")
-    parser.add_argument("--out", "--output_dir", dest="out",
+    parser.add_argument("--out", OUTPUT_ALIASES[0], dest="out",
                         default=None, help="output folder (default: outputs/ablations/<name>)")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--dry_run", action="store_true", help="print the commands, run nothing")

@@ -10,14 +10,14 @@ import argparse
 from pathlib import Path
 
 from ..probe.validity.agreement import markdown, run_agreement
-from . import dashed_aliases, parse_args
+from . import OUTPUT_ALIASES, dashed_aliases, parse_args
 
 
 def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="uturn agreement", description="How well the rules (and an LLM judge) agree "
                                      "with reference labels.")
     parser.add_argument("--input", required=True, help="jsonl with query, answer, user_turn and a reference label")
-    parser.add_argument("--out", "--output_dir", dest="out",
+    parser.add_argument("--out", OUTPUT_ALIASES[0], dest="out",
                         default="uturn_agreement", help="output directory")
     parser.add_argument("--judge_base_url", default=None, help="OpenAI-compatible API root of an LLM judge")
     parser.add_argument("--judge_model", default=None, help="the judge model's name")

@@ -9,7 +9,7 @@ import argparse
 from pathlib import Path
 
 from ..probe.labelers.judge import NAME, WEIGHTS
-from . import dashed_aliases, parse_args
+from . import OUTPUT_ALIASES, dashed_aliases, parse_args
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -20,7 +20,7 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--feature_model", default="smollm2-135m-instruct",
                         help="the fixed model whose likelihoods the judge reads (train; eval reads the weights')")
     parser.add_argument("--cache", default=None, help="feature cache (default: $UTURN_HOME/judge_features.jsonl)")
-    parser.add_argument("--out", "--output_dir", dest="out",
+    parser.add_argument("--out", OUTPUT_ALIASES[0], dest="out",
                         default="outputs/judge", help="eval: where judge_eval.json and .md go")
     return dashed_aliases(parser)
 

@@ -8,14 +8,14 @@ import argparse
 from pathlib import Path
 
 from ..experiments.report import write_report
-from . import dashed_aliases, parse_args
+from . import OUTPUT_ALIASES, dashed_aliases, parse_args
 
 
 def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="uturn report", description="Training runs side by side: follow-up and "
                                      "grounded follow-up rates against accuracy.")
     parser.add_argument("dirs", nargs="+", metavar="DIR", help="run folders or ablation folders")
-    parser.add_argument("--out", "--output_dir", dest="out",
+    parser.add_argument("--out", OUTPUT_ALIASES[0], dest="out",
                         default=None, help="output folder (default: DIR, when one is given)")
     parser.add_argument("--wandb", action="store_true", help="log the tables and the plot to W&B (offline unless "
                         "logged in); done anyway when a W&B run is active")

@@ -5,14 +5,14 @@
 
 import argparse
 
-from . import dashed_aliases, parse_args
+from . import OUTPUT_ALIASES, dashed_aliases, parse_args
 
 
 def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="uturn testbed", description="The tiny Qwen3.5 world, built offline.")
     sub = parser.add_subparsers(dest="action", required=True)
     build = sub.add_parser("build", help="pre-train the testbed model from scratch (minutes on a CPU)")
-    build.add_argument("--out", "--output_dir", dest="out",
+    build.add_argument("--out", OUTPUT_ALIASES[0], dest="out",
                         default=None, help="target directory (default: $UTURN_HOME/testbed)")
     build.add_argument("--force", action="store_true", help="replace an existing build")
     build.add_argument("--seed", type=int, default=0)
