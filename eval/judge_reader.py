@@ -1,15 +1,15 @@
-"""The trained judge's measured alternative (issue 36): an attention reader over the feature model's token states.
+"""The trained judge's measured alternatives (issue 36): an attention reader over the feature model's token states.
 
-uturn-judge-v2 reads one vector of a turn (SmolLM2's layer-16 state, averaged over the turn) beside likelihoods, rules
+The judge reads one vector of a turn (SmolLM2's layer-16 state, averaged over the turn) beside likelihoods, rules
 and cues. This reader keeps every token's layer-16 state of the conversation (query, answer, turn), projects them to
 `--width` dimensions with a segment embedding (query / answer / turn), lets the turn's tokens attend to the whole
 conversation (one multi-head attention layer, trained), pools over the turn and decides label and grounded with two
-heads, optionally with v2's scalar features as extra inputs. It is scored as v2 is chosen: 5-fold cross-validation by
-prompt on the dev split (grounded F1 at the best threshold, label accuracy, kappa), alone and averaged with v2's
-logistic heads; the test split is not read.
+heads, optionally with the judge's scalar features as extra inputs. It is scored as the judge's threshold is chosen:
+5-fold cross-validation by prompt on the dev split (grounded F1 at the best threshold, label accuracy, kappa), alone
+and averaged with v2's linear heads, beside v3's MLP ensemble (the shipped head); the test split is not read.
 
     python eval/judge_reader.py                    # states + v2 features (cached in $UTURN_HOME), then the CV table
-    python eval/judge_reader.py --seeds 0 1        # the MLP and the reader on two seeds
+    python eval/judge_reader.py --seeds 0 1        # the reader on two seeds
     python eval/judge_reader.py --seeds 0 1 --width 256 --epochs 20
 
 Measured 2026-12-06 on the project's 2-core machine (Intel Xeon, CPU capability AVX512, fp32, 2 threads), 1,611 dev
@@ -17,9 +17,10 @@ turns: the states and features of all 3,289 labelled turns 54 min from an empty 
 Grounded F1 (kappa grounded): v2 0.771 (0.701); the reader with v2's scalars 0.773 / 0.778 (seeds 0, 1; 0.702 /
 0.703), width 256 0.769; without them 0.769 (0.698); averaged with v2 (reader weight 0.3) 0.780 / 0.781 / 0.781
 (0.708 / 0.714 / 0.711). Every token's state adds about 0.01 over v2's one vector, far from the readers' agreement
-(kappa 0.85): not shipped (`probe/labelers/judge_v2.md`). The second alternative, an MLP (one hidden layer of 64,
+(kappa 0.85): not shipped (`probe/labelers/judge_v3.md`). The second alternative, an MLP (one hidden layer of 64,
 dropout) over v2's own features, beat v2's linear heads on every one of 8 configuration x seed draws (hidden 32-256,
-seeds 0, 1): grounded F1 0.783-0.793 (kappa grounded 0.714-0.733) against 0.771 (0.701): the next judge's head.
+seeds 0, 1): grounded F1 0.783-0.793 (kappa grounded 0.714-0.733) against 0.771 (0.701); five of them averaged (seeds
+0-4, `judge_training.MLP`) 0.797: shipped as uturn-judge-v3.
 """
 
 import argparse
@@ -130,44 +131,24 @@ def fit_reader(items, extra, y, g, seed, width, epochs, lr=1e-3):
     return predict
 
 
-def fit_mlp(x, y, g, seed, hidden=64, dropout=0.3, epochs=30):
-    """The second alternative: one hidden layer over v2's own features (both heads), where v2 is linear."""
-    from uturn_train.probe.labelers.judge_training import _weights
-    from uturn_train.probe.rules.classify import LABELS
+def held_out(x, rows, head, folds):
+    """(label probabilities, p(grounded)) of every row from the judge's own fit (`judge_training.fit`, `head`) on the
+    other folds."""
+    import torch as t
 
-    torch.manual_seed(seed)
-    rng = random.Random(seed)
-    mean, std = x.mean(0), x.std(0).clamp(min=1e-6)
-    net = nn.Sequential(nn.Dropout(0.1), nn.Linear(x.shape[1], hidden), nn.GELU(), nn.Dropout(dropout),
-                        nn.Linear(hidden, len(LABELS) + 1))
-    opt = torch.optim.AdamW(net.parameters(), 1e-3, weight_decay=0.1)
-    label_weight, pos_weight = _weights(y, len(LABELS)), (len(g) - g.sum()) / g.sum().clamp(min=1)
-    z = (x - mean) / std
-    for _ in range(epochs):
-        order = list(range(len(z)))
-        rng.shuffle(order)
-        for k in range(0, len(order), 64):
-            b = order[k: k + 64]
-            out = net(z[b])
-            loss = F.cross_entropy(out[:, :-1], y[b], weight=label_weight) + \
-                F.binary_cross_entropy_with_logits(out[:, -1], g[b], pos_weight=pos_weight)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-    net.eval()
-    with torch.no_grad():
-        return lambda held: [(torch.softmax(o[:-1], -1), torch.sigmoid(o[-1]).item()) for o in net((held - mean) / std)]
-
-
-def logistic(x_train, rows_train, x_held, l2):
-    """v2's heads fitted on a fold: (label probabilities, p(grounded)) of the held rows."""
+    from uturn_train.probe.labelers.judge import forward
     from uturn_train.probe.labelers.judge_training import fit
 
-    w = fit(x_train, rows_train, l2, l2, 0.5)
-    z = (x_held - torch.tensor(w["mean"])) / torch.tensor(w["std"])
-    label = torch.softmax(z @ torch.tensor(w["label"]["w"]).T + torch.tensor(w["label"]["b"]), -1)
-    grounded = torch.softmax(z @ torch.tensor(w["grounded"]["w"]).T + torch.tensor(w["grounded"]["b"]), -1)[:, 1]
-    return list(zip(label, grounded.tolist()))
+    out = [None] * len(rows)
+    for f in range(5):
+        train, held = [i for i in range(len(rows)) if folds[i] != f], [i for i in range(len(rows)) if folds[i] == f]
+        w = fit(x[train], [rows[i] for i in train], head, 0.5)
+        z = (x[held] - t.tensor(w["mean"])) / t.tensor(w["std"])
+        members = [[{k: t.tensor(layer[k]) for k in ("w", "b")} for layer in m] for m in w["members"]]
+        label, grounded = forward(members, z)
+        for i, a, b in zip(held, label, grounded.tolist()):
+            out[i] = (a, b)
+    return out
 
 
 def main():
@@ -198,15 +179,11 @@ def main():
     y, g = jt._targets(dev)
     g = g.float()
     folds = jt._folds(dev)
-    l2 = jt.cross_validate(x, dev)["l2_grounded"]
+    linear = jt.cross_validate(x, dev, "linear")["head"]
     print(f"{len(dev)} dev turns; CPU {torch.backends.cpu.get_cpu_capability()}, {torch.get_num_threads()} threads")
     print("| decision | seed | grounded F1 (threshold) | label accuracy | kappa label / grounded |")
     print("|---|---|---|---|---|")
-    v2 = [None] * len(dev)
-    for f in range(5):
-        train, held = [i for i in range(len(dev)) if folds[i] != f], [i for i in range(len(dev)) if folds[i] == f]
-        for i, p in zip(held, logistic(x[train], [dev[i] for i in train], x[held], l2)):
-            v2[i] = p
+    v2 = held_out(x, dev, linear, folds)
     def row(label, seed, predictions):
         threshold, f1 = max(((t, jt.grounded_f1(dev, predictions, t)) for t in jt.THRESHOLDS), key=lambda tf: tf[1])
         m = jt.measure(dev, [p[0] for p in predictions],
@@ -215,13 +192,8 @@ def main():
         print(f"| {label} | {seed} | {f1:.3f} ({threshold}) | {accuracy:.3f} | "
               f"{m['kappa_label']:.3f} / {m['kappa_grounded']:.3f} |", flush=True)
 
-    for seed in args.seeds:
-        mlp = [None] * len(dev)
-        for f in range(5):
-            train, held = [i for i in range(len(dev)) if folds[i] != f], [i for i in range(len(dev)) if folds[i] == f]
-            for i, p in zip(held, fit_mlp(x[train], y[train], g[train], seed)(x[held])):
-                mlp[i] = p
-        row("MLP over v2's features (64 hidden)", seed, [(LABELS[int(p[0].argmax())], p[1]) for p in mlp])
+    row("v3: the ensemble of 5 MLPs", "0-4", [(LABELS[int(p[0].argmax())], p[1])
+                                              for p in held_out(x, dev, {"kind": "mlp", **jt.MLP}, folds)])
     for seed in args.seeds:
         for use_scalars in (True, False):
             reader = [None] * len(dev)

@@ -8,8 +8,8 @@ from helpers import tiny
 
 from uturn_train.chat import user_turn_prompt
 from uturn_train.probe.labelers.features import TurnLikelihoods, context_messages
-from uturn_train.probe.labelers.judge import FEATURE_NAMES, Judge, feature_names, featurize, fit_logistic
-from uturn_train.probe.labelers.judge_training import features, measure, train_judge
+from uturn_train.probe.labelers.judge import FEATURE_NAMES, Judge, feature_names, featurize
+from uturn_train.probe.labelers.judge_training import features, fit_logistic, measure, train_judge
 from uturn_train.probe.validity.reading import load_reading, pair_contexts
 
 QUERY = "Ana buys 3 boxes of 4 pens. How many pens?"
@@ -75,6 +75,22 @@ def test_fit_logistic_learns_a_rule_and_the_penalty_shrinks_it():
     assert (w[1, 2] - w[0, 2]).abs() > 5 * (w[1, :2] - w[0, :2]).abs().max()
     strong, _ = fit_logistic(x, y, 2, l2=1.0)
     assert strong.norm() < 0.5 * w.norm()
+
+
+def test_the_mlp_ensemble_learns_and_a_column_constant_on_dev_cannot_move_it():
+    from uturn_train.probe.labelers.judge_training import MLP, fit
+
+    x = torch.randn(300, 6, generator=torch.Generator().manual_seed(0))
+    x[:, 5] = 1.0  # constant where it was fitted
+    rows = [{"label": "followup" if a > 0 else "new_topic", "grounded": bool(a > 0 and b > 0)}
+            for a, b in x[:, :2].tolist()]
+    weights = fit(x, rows, {"kind": "mlp", **MLP, "members": 2, "epochs": 10}, 0.5)
+    assert len(weights["members"]) == 2 and all(len(m) == 2 for m in weights["members"])
+    verdicts = Judge({**weights, "name": "m"}, likelihoods=None).predict(x)
+    assert sum(v.label == r["label"] and v.grounded == r["grounded"] for v, r in zip(verdicts, rows)) > 0.9 * len(rows)
+    moved = x.clone()
+    moved[:, 5] = 50.0  # varies where it is read: 5e7 standard deviations away
+    assert Judge({**weights, "name": "m"}, likelihoods=None).predict(moved) == verdicts
 
 
 def test_judge_refuses_weights_of_other_features():
@@ -153,7 +169,7 @@ def small_judge(tmp_path_factory):
     tokenizer = tiny.qwen_tokenizer()
     likelihoods = TurnLikelihoods(tiny.tiny_llama_lm(tokenizer), tokenizer, turn_tokens=12, context_tokens=64)
     folder = tmp_path_factory.mktemp("small_judge")
-    _write(folder, _synthetic(60))
+    _write(folder, _synthetic(90))
     rows = load_reading(folder, files=("read_turns.jsonl",), data=folder)
     pair_contexts(rows)
     weights = train_judge(rows, likelihoods, folder / "judge.json", None, "tiny")

@@ -1,7 +1,7 @@
 """`uturn judge`: fit the trained judge on the dev split of the turns labelled by reading, and measure it on the test
 split ([`~uturn_train.probe.labelers.judge_training`]).
 
-    uturn judge train                              # writes uturn_train/probe/labelers/judge_v2.json (the shipped one)
+    uturn judge train                              # writes uturn_train/probe/labelers/judge_v3.json (the shipped one)
     uturn judge eval [--weights FILE] [--out DIR]  # the test split's figures, per source and task x temperature
 """
 
@@ -104,11 +104,11 @@ def _f(value) -> str:
 
 def markdown(report: dict) -> str:
     """The test split's table: per cell, the judge's follow-up and grounded precision/recall, kappas and grounded rate
-    against reading, with the rules' and the two smaller fits' grounded rate and precision/recall beside."""
-    others = ("rules", "without states", "without likelihoods")
+    against reading, with the rules', the linear heads' and the two smaller fits' grounded precision/recall beside."""
+    others = ("rules", "linear heads", "without states", "without likelihoods")
     lines = [f"Test split, weights {report['weights']} (CPU {report['cpu']}).", "",
              "| turns | n | follow-up P | R | grounded P | R | kappa label / grounded | grounded: read | judge | "
-             "rules | grounded P / R: rules | no-state fit | no-LM fit |", "|" + "---|" * 13]
+             "rules | grounded P / R: rules | linear heads | no-state fit | no-LM fit |", "|" + "---|" * 14]
     cells = report["decisions"]
     for name, m in cells["judge"].items():
         pr = [f"{_f(cells[o][name]['grounded']['precision'])} / {_f(cells[o][name]['grounded']['recall'])}"

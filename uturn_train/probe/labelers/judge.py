@@ -1,19 +1,20 @@
 """The trained judge: the label and the grounded decision of a user turn, learnt from turns labelled by reading.
 
 Words cannot carry the grounded decision after open-ended answers, and a 135M model asked zero-shot cannot either; but
-the judgment exists in the labels read by hand (`tests/data/README.md`, the rubric). The judge distils it into two
-logistic regressions over the features of `features.py` (a fixed language model's likelihoods of the turn in four
-contexts, its hidden state read in its conversation, the rules' verdicts and lexical cues): one over the seven labels,
-one for `grounded`. A turn is a grounded
-follow-up when the first says `followup` and the second's probability reaches `threshold`.
+the judgment exists in the labels read by hand (`tests/data/README.md`, the rubric). The judge distils it into a small
+network over the features of `features.py` (a fixed language model's likelihoods of the turn in four contexts, its
+hidden state read in its conversation, the rules' verdicts and lexical cues): an ensemble of MLPs (one hidden layer)
+whose outputs are the seven labels' logits and the grounded logit, averaged as probabilities over the members. A turn
+is a grounded follow-up when the labels' argmax is `followup` and p(grounded) reaches `threshold`. v2's heads were
+linear (a member of one layer, the same format); the hidden layer is why v3 replaced them (`judge_v3.md`).
 
 ```python
-judge = load_judge()                                      # the shipped one (`judge_v2.json`), its feature model
+judge = load_judge()                                      # the shipped one (`judge_v3.json`), its feature model
 judge.label([{"query": q, "answer": a, "user_turn": t, "other_query": q2, "other_answer": a2}])
 # -> [JudgeVerdict(label="followup", grounded=True, p_followup=0.93, p_grounded=0.81)]
 ```
 
-The shipped weights, how they were trained and what they measure on the test split: `judge_v2.md`.
+The shipped weights, how they were trained and what they measure on the test split: `judge_v3.md`.
 """
 
 import json
@@ -36,8 +37,8 @@ from .features import (
     rule_features,
 )
 
-NAME = "uturn-judge-v2"
-WEIGHTS = Path(__file__).with_name("judge_v2.json")
+NAME = "uturn-judge-v3"
+WEIGHTS = Path(__file__).with_name("judge_v3.json")
 FEATURE_NAMES = (*LM_FEATURES, *RULE_FEATURES, *LEXICAL_FEATURES)  # then the feature model's hidden state
 
 
@@ -90,25 +91,24 @@ def featurize(items: list[dict], likelihoods: TurnLikelihoods, progress=None) ->
     return torch.tensor(rows, dtype=torch.float32)
 
 
-def fit_logistic(x: torch.Tensor, y: torch.Tensor, classes: int, l2: float, weight: torch.Tensor | None = None):
-    """Multinomial logistic regression (binary when `classes` is 2) by L-BFGS, with an L2 penalty on the weights;
-    returns (weights [classes, d], bias [classes])."""
-    w = torch.zeros((classes, x.shape[1]), requires_grad=True)
-    b = torch.zeros(classes, requires_grad=True)
-    optimizer = torch.optim.LBFGS([w, b], lr=1.0, max_iter=500, line_search_fn="strong_wolfe")
-
-    def closure():
-        optimizer.zero_grad()
-        loss = torch.nn.functional.cross_entropy(x @ w.T + b, y, weight=weight) + l2 * (w * w).sum()
-        loss.backward()
-        return loss
-
-    optimizer.step(closure)
-    return w.detach(), b.detach()
+def forward(members: list[list[dict]], z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(label probabilities [n, 7], p(grounded) [n]) of standardised features `z`, averaged over the ensemble's
+    members; each member a list of layers {"w": [out, in], "b": [out]} with GELU between them, its last layer giving
+    the seven labels' logits and the grounded logit."""
+    p_label, p_grounded = 0.0, 0.0
+    for layers in members:
+        h = z
+        for k, layer in enumerate(layers):
+            h = h @ layer["w"].T + layer["b"]
+            if k < len(layers) - 1:
+                h = torch.nn.functional.gelu(h)
+        p_label = p_label + torch.softmax(h[:, :-1], -1)
+        p_grounded = p_grounded + torch.sigmoid(h[:, -1])
+    return p_label / len(members), p_grounded / len(members)
 
 
 class Judge:
-    """The trained judge (see the module docstring): `weights` as `judge_v2.json` holds them, and the feature model."""
+    """The trained judge (see the module docstring): `weights` as `judge_v3.json` holds them, and the feature model."""
 
     def __init__(self, weights: dict, likelihoods: TurnLikelihoods):
         if tuple(weights["features"][: len(FEATURE_NAMES)]) != FEATURE_NAMES:
@@ -121,15 +121,15 @@ class Judge:
                              f"the model the weights name ({weights.get('feature_model')}) with their `likelihoods`")
         self.weights, self.likelihoods = weights, likelihoods
         self.mean, self.std = torch.tensor(weights["mean"]), torch.tensor(weights["std"])
-        self.label_w, self.label_b = (torch.tensor(weights["label"][k]) for k in ("w", "b"))
-        self.grounded_w, self.grounded_b = (torch.tensor(weights["grounded"][k]) for k in ("w", "b"))
+        self.members = [[{k: torch.tensor(layer[k]) for k in ("w", "b")} for layer in member]
+                        for member in weights["members"]]
         self.threshold = weights["threshold"]
         self.name = weights["name"]
 
     def predict(self, features: torch.Tensor) -> list[JudgeVerdict]:
         x = (features - self.mean) / self.std
-        p_label = torch.softmax(x @ self.label_w.T + self.label_b, -1)
-        p_grounded = torch.softmax(x @ self.grounded_w.T + self.grounded_b, -1)[:, 1]
+        with torch.no_grad():
+            p_label, p_grounded = forward(self.members, x)
         verdicts = []
         for p, g in zip(p_label.tolist(), p_grounded.tolist()):
             label = LABELS[max(range(len(LABELS)), key=p.__getitem__)]
@@ -170,4 +170,4 @@ def load_judge(weights: str | None = None, feature_model: str | None = None, dev
 
 
 __all__ = ["CONTEXTS", "FEATURE_NAMES", "NAME", "Judge", "JudgeVerdict", "feature_model_dir", "feature_names",
-           "featurize", "fit_logistic", "load_judge"]
+           "featurize", "forward", "load_judge"]

@@ -1,9 +1,12 @@
 """How the trained judge (`judge.py`) is fitted and measured: `uturn judge train` and `uturn judge eval`.
 
 The labelled rows (`probe/validity/reading.py`) are split by conversation; the judge is fitted on the dev split only:
-features standardised on dev, the L2 penalty of each head and the grounded threshold chosen by 5-fold cross-validation
-over dev conversations (folds by prompt), then both heads refitted on all of dev. The test split is scored once, by
-`uturn judge eval`. Features are cached by content hash (`--cache`), so a second run costs seconds.
+features standardised on dev, an ensemble of `MEMBERS` MLPs (seeds 0..), the grounded threshold chosen by 5-fold
+cross-validation over dev conversations (folds by prompt), then the ensemble refitted on all of dev. The MLP's size,
+dropout, weight decay and epochs are the ones `eval/judge_reader.py` measured by the same cross-validation (above the
+linear heads on every draw); the linear heads (`fit_logistic`, v2's, their L2 penalties cross-validated) stay as the
+alternative `uturn judge eval` reports beside. The test split is scored once, by `uturn judge eval`. Features are
+cached by content hash (`--cache`), so a second run costs seconds.
 """
 
 import hashlib
@@ -19,10 +22,11 @@ from ...io import write_json
 from ..rules.classify import LABELS
 from ..validity.agreement import cohen_kappa
 from .features import LM_FEATURES
-from .judge import FEATURE_NAMES, Judge, feature_names, featurize, fit_logistic
+from .judge import FEATURE_NAMES, Judge, feature_names, featurize
 
 L2 = (1e-4, 1e-3, 1e-2, 1e-1)
 THRESHOLDS = tuple(round(0.2 + 0.05 * i, 2) for i in range(13))
+MLP = {"members": 5, "hidden": 64, "dropout": 0.3, "weight_decay": 0.1, "epochs": 30}
 
 
 def _key(row: dict) -> str:
@@ -78,45 +82,113 @@ def _weights(y: torch.Tensor, classes: int) -> torch.Tensor:
     return w.clamp(max=10.0)
 
 
-def fit(x: torch.Tensor, rows: list[dict], l2_label: float, l2_grounded: float, threshold: float,
-        names: list[str] | None = None) -> dict:
-    """The judge's weights (as `judge_v2.json` stores them) fitted on `x` (unstandardised, columns `names`) and the
-    rows' labels."""
+def fit_logistic(x: torch.Tensor, y: torch.Tensor, classes: int, l2: float, weight: torch.Tensor | None = None):
+    """Multinomial logistic regression (binary when `classes` is 2) by L-BFGS, with an L2 penalty on the weights;
+    returns (weights [classes, d], bias [classes])."""
+    w = torch.zeros((classes, x.shape[1]), requires_grad=True)
+    b = torch.zeros(classes, requires_grad=True)
+    optimizer = torch.optim.LBFGS([w, b], lr=1.0, max_iter=500, line_search_fn="strong_wolfe")
+
+    def closure():
+        optimizer.zero_grad()
+        loss = torch.nn.functional.cross_entropy(x @ w.T + b, y, weight=weight) + l2 * (w * w).sum()
+        loss.backward()
+        return loss
+
+    optimizer.step(closure)
+    return w.detach(), b.detach()
+
+
+def fit_mlp(z: torch.Tensor, y: torch.Tensor, g: torch.Tensor, seed: int, hidden: int, dropout: float,
+            weight_decay: float, epochs: int) -> list[dict]:
+    """One member: a hidden layer (GELU, dropout; input dropout 0.1) under both outputs, trained jointly on the
+    class-weighted label loss and the positive-weighted grounded loss (AdamW, batches of 64, `epochs` but at least 600
+    updates: the measured setting made ~630 on a dev fold, and a smaller set needs as many to converge); its two
+    layers."""
+    import random
+
+    from torch import nn
+    from torch.nn import functional as F
+
+    torch.manual_seed(seed)
+    rng = random.Random(seed)
+    net = nn.Sequential(nn.Dropout(0.1), nn.Linear(z.shape[1], hidden), nn.GELU(), nn.Dropout(dropout),
+                        nn.Linear(hidden, len(LABELS) + 1))
+    optimizer = torch.optim.AdamW(net.parameters(), 1e-3, weight_decay=weight_decay)
+    label_weight, gf = _weights(y, len(LABELS)), g.float()
+    pos_weight = (len(gf) - gf.sum()) / gf.sum().clamp(min=1)
+    for _ in range(max(epochs, math.ceil(600 / math.ceil(len(z) / 64)))):
+        order = list(range(len(z)))
+        rng.shuffle(order)
+        for k in range(0, len(order), 64):
+            b = order[k: k + 64]
+            out = net(z[b])
+            loss = F.cross_entropy(out[:, :-1], y[b], weight=label_weight) + \
+                F.binary_cross_entropy_with_logits(out[:, -1], gf[b], pos_weight=pos_weight)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    return [{"w": layer.weight.detach().tolist(), "b": layer.bias.detach().tolist()} for layer in (net[1], net[4])]
+
+
+def fit(x: torch.Tensor, rows: list[dict], head: dict, threshold: float, names: list[str] | None = None) -> dict:
+    """The judge's weights (as `judge_v3.json` stores them) fitted on `x` (unstandardised, columns `names`) and the
+    rows' labels; `head` is `{"kind": "mlp", **MLP}` or `{"kind": "linear", "l2_label": .., "l2_grounded": ..}`."""
     mean, std = x.mean(0), x.std(0).clamp(min=1e-6)
     z = (x - mean) / std
     y, g = _targets(rows)
-    w_label, b_label = fit_logistic(z, y, len(LABELS), l2_label, _weights(y, len(LABELS)))
-    w_g, b_g = fit_logistic(z, g, 2, l2_grounded, _weights(g, 2))
+    if head["kind"] == "mlp":
+        options = {k: head[k] for k in ("hidden", "dropout", "weight_decay", "epochs")}
+        members = [fit_mlp(z, y, g, seed, **options) for seed in range(head["members"])]
+        # A column constant on dev taught nothing, but its random initial weights survive; a turn read elsewhere
+        # where it varies would meet them at (x - mean) / 1e-6. Zero them (the linear heads' L2 does it itself).
+        constant = (x.std(0) < 1e-6).tolist()
+        for layers in members:
+            layers[0]["w"] = [[0.0 if c else v for v, c in zip(row, constant)] for row in layers[0]["w"]]
+    else:  # the two logistic heads as one layer: a two-class softmax is the sigmoid of its logits' difference
+        w_label, b_label = fit_logistic(z, y, len(LABELS), head["l2_label"], _weights(y, len(LABELS)))
+        w_g, b_g = fit_logistic(z, g, 2, head["l2_grounded"], _weights(g, 2))
+        members = [[{"w": torch.cat([w_label, (w_g[1] - w_g[0])[None]]).tolist(),
+                     "b": [*b_label.tolist(), (b_g[1] - b_g[0]).item()]}]]
     return {"features": names or [*FEATURE_NAMES, *(f"state_{i}" for i in range(x.shape[1] - len(FEATURE_NAMES)))],
-            "mean": mean.tolist(), "std": std.tolist(),
-            "label": {"w": w_label.tolist(), "b": b_label.tolist()}, "grounded": {"w": w_g.tolist(), "b": b_g.tolist()},
-            "threshold": threshold, "l2": {"label": l2_label, "grounded": l2_grounded}}
+            "mean": mean.tolist(), "std": std.tolist(), "head": head, "members": members, "threshold": threshold}
 
 
 def _verdicts(weights: dict, x: torch.Tensor):
     return Judge({**weights, "name": "cv"}, likelihoods=None).predict(x)
 
 
-def cross_validate(x: torch.Tensor, rows: list[dict], k: int = 5) -> dict:
-    """The L2 penalties and grounded threshold that do best on held-out folds of dev (label accuracy; grounded F1),
-    with the cross-validated figures at the choice."""
+def _held_out(x: torch.Tensor, rows: list[dict], head: dict, k: int) -> list[tuple[str, float]]:
+    """(label, p(grounded)) of every row from the fit on the other folds."""
     folds = _folds(rows, k)
-    scores = {}
-    for l2 in L2:
-        predictions = [None] * len(rows)
-        for fold in range(k):
-            train = [i for i, f in enumerate(folds) if f != fold]
-            held = [i for i, f in enumerate(folds) if f == fold]
-            weights = fit(x[train], [rows[i] for i in train], l2, l2, 0.5)
-            for i, v in zip(held, _verdicts(weights, x[held])):
-                predictions[i] = (v.label, v.p_grounded)
-        accuracy = sum(p[0] == r["label"] for p, r in zip(predictions, rows)) / len(rows)
-        best = max(((t, grounded_f1(rows, predictions, t)) for t in THRESHOLDS), key=lambda tf: tf[1])
-        scores[l2] = {"label_accuracy": accuracy, "threshold": best[0], "grounded_f1": best[1]}
+    predictions = [None] * len(rows)
+    for fold in range(k):
+        train = [i for i, f in enumerate(folds) if f != fold]
+        held = [i for i, f in enumerate(folds) if f == fold]
+        for i, v in zip(held, _verdicts(fit(x[train], [rows[i] for i in train], head, 0.5), x[held])):
+            predictions[i] = (v.label, v.p_grounded)
+    return predictions
+
+
+def _scores(rows: list[dict], predictions) -> dict:
+    accuracy = sum(p[0] == r["label"] for p, r in zip(predictions, rows)) / len(rows)
+    threshold, f1 = max(((t, grounded_f1(rows, predictions, t)) for t in THRESHOLDS), key=lambda tf: tf[1])
+    return {"label_accuracy": accuracy, "threshold": threshold, "grounded_f1": f1}
+
+
+def cross_validate(x: torch.Tensor, rows: list[dict], kind: str = "mlp", k: int = 5) -> dict:
+    """The head and grounded threshold that do best on held-out folds of dev (grounded F1; for the linear heads also
+    the L2 penalties: label accuracy, grounded F1), with the cross-validated figures at the choice."""
+    if kind == "mlp":
+        head = {"kind": "mlp", **MLP}
+        scores = _scores(rows, _held_out(x, rows, head, k))
+        return {"head": head, "threshold": scores["threshold"], "scores": scores}
+    scores = {l2: _scores(rows, _held_out(x, rows, {"kind": "linear", "l2_label": l2, "l2_grounded": l2}, k))
+              for l2 in L2}
     l2_label = max(L2, key=lambda v: scores[v]["label_accuracy"])
     l2_grounded = max(L2, key=lambda v: scores[v]["grounded_f1"])
-    return {"l2_label": l2_label, "l2_grounded": l2_grounded, "threshold": scores[l2_grounded]["threshold"],
-            "scores": {str(k_): v for k_, v in scores.items()}}
+    return {"head": {"kind": "linear", "l2_label": l2_label, "l2_grounded": l2_grounded},
+            "threshold": scores[l2_grounded]["threshold"], "scores": {str(k_): v for k_, v in scores.items()}}
 
 
 def grounded_f1(rows: list[dict], predictions, threshold: float) -> float:
@@ -164,7 +236,7 @@ def train_judge(rows: list[dict], likelihoods, out: Path, cache: Path | None, fe
     dev = [r for r in rows if r["split"] == "dev"]
     x = features(dev, likelihoods, cache)
     chosen = cross_validate(x, dev)
-    weights = fit(x, dev, chosen["l2_label"], chosen["l2_grounded"], chosen["threshold"], feature_names(likelihoods))
+    weights = fit(x, dev, chosen["head"], chosen["threshold"], feature_names(likelihoods))
     weights.update(name=name or out.stem, feature_model=feature_model,
                    likelihoods={"turn_tokens": likelihoods.turn_tokens, "context_tokens": likelihoods.context_tokens,
                                 "state_layer": likelihoods.state_layer},
@@ -187,8 +259,7 @@ def learning_curve(dev: list[dict], x_dev: torch.Tensor, test: list[dict], x_tes
     for share in shares:
         keep = set(queries[: math.ceil(share * len(queries))])
         idx = [i for i, r in enumerate(dev) if r["query"] in keep]
-        weights = fit(x_dev[idx], [dev[i] for i in idx], chosen["l2_label"], chosen["l2_grounded"],
-                      chosen["threshold"])
+        weights = fit(x_dev[idx], [dev[i] for i in idx], chosen["head"], chosen["threshold"])
         verdicts = _verdicts(weights, x_test)
         figures = measure(test, [v.label for v in verdicts], [v.grounded for v in verdicts])
         curve.append({"share": share, "rows": len(idx), **figures})
@@ -217,13 +288,16 @@ def rules_verdicts(x: torch.Tensor) -> tuple[list[str], list[bool]]:
 
 
 def compare(dev: list[dict], x_dev: torch.Tensor, test: list[dict], x_test: torch.Tensor, weights: dict) -> dict:
-    """The test figures (`by_cell`) of the judge, of the same fit without the hidden state and without the language
-    model at all (each with its own cross-validated penalties), and of the rules."""
+    """The test figures (`by_cell`) of the judge, of the linear heads on the same features (v2's), of the same head
+    without the hidden state and without the language model at all (each with its own cross-validated threshold), and
+    of the rules."""
     verdicts = _verdicts(weights, x_test)
     report = {"judge": by_cell(test, [v.label for v in verdicts], [v.grounded for v in verdicts])}
-    for name, columns in (("without states", without_states), ("without likelihoods", without_likelihoods)):
-        chosen = cross_validate(columns(x_dev), dev)
-        other = fit(columns(x_dev), dev, chosen["l2_label"], chosen["l2_grounded"], chosen["threshold"])
+    kind = weights["head"]["kind"]
+    for name, columns, head in (("linear heads", lambda x: x, "linear"), ("without states", without_states, kind),
+                                ("without likelihoods", without_likelihoods, kind)):
+        chosen = cross_validate(columns(x_dev), dev, head)
+        other = fit(columns(x_dev), dev, chosen["head"], chosen["threshold"])
         other_verdicts = _verdicts(other, columns(x_test))
         report[name] = by_cell(test, [v.label for v in other_verdicts], [v.grounded for v in other_verdicts])
     report["rules"] = by_cell(test, *rules_verdicts(x_test))
