@@ -51,8 +51,8 @@ def tiny_vl_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def real_testbed(tmp_path_factory) -> Path:
-    """The real testbed (seed 0), built once per session for the slow tests that need it (about 4 minutes on 2 cores),
-    as `UTURN_HOME/testbed` of a fresh `UTURN_HOME` (its parent). Read-only: a test that changes it copies it first."""
-    from uturn_train.testbed import build_testbed
+    """The real testbed (the shipped seed-0 build, installed once per session: seconds), as `UTURN_HOME/testbed` of a
+    fresh `UTURN_HOME` (its parent). Read-only: a test that changes it copies it first."""
+    from uturn_train.testbed import install_testbed
 
-    return build_testbed(tmp_path_factory.mktemp("uturn_home") / "testbed", seed=0)
+    return install_testbed(tmp_path_factory.mktemp("uturn_home") / "testbed")

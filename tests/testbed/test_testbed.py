@@ -137,30 +137,104 @@ def test_interrupted_build_leaves_nothing(tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_info_gap_conversations_ask_for_the_missing_number():
+    from uturn_train.collab.dialogue import is_question
+    from uturn_train.testbed.turns import info_gap_conversation
+
+    rng = random.Random(3)
+    seen = 0
+    for _ in range(200):
+        problem = sample_problem(rng)
+        if (drawn := info_gap_conversation(rng, problem)) is None:
+            continue
+        seen += 1
+        messages, kind, problems = drawn
+        question = messages[0]["content"]
+        assert kind == "info_gap" and problems == [problem] and question != problem.question and "some" in question
+        missing = [k for k, v in problem.numbers.items() if str(v) not in question.split()]
+        # The assistant asks naming the missing quantity; the user gives its number; the solution follows.
+        assert is_question(messages[1]["content"]) and any(problem.knobs[k] in messages[1]["content"] for k in missing)
+        assert any(str(problem.numbers[k]) in messages[2]["content"] for k in missing)
+        assert messages[3]["content"] == problem.solution and len(messages) == 4
+    assert seen > 100
+
+
+def test_the_mixture_holds_information_gaps_at_a_small_share(smoke):
+    card = json.loads((smoke / "card.json").read_text())
+    kinds = card["data"]["train_kinds"]
+    assert 0.01 < kinds["info_gap"] / sum(kinds.values()) < 0.06, kinds
+    # No held-out problem, whose collaboration tasks measure asking, is in the mixture (the build avoids their keys).
+    heldout = {r["question"] for r in _rows(smoke / "heldout.jsonl")}
+    assert not any(m["content"] in heldout for r in _rows(smoke / "train.jsonl") for m in r["messages"])
+
+
+def test_the_shipped_testbed_installs_in_seconds_and_is_checked(tmp_path):
+    import shutil
+
+    from uturn_train.testbed import install_testbed
+    from uturn_train.testbed.build import SHIPPED, SHIPPED_FILES, SHIPPED_SHA256, BuildConfig, build
+
+    assert _sha(SHIPPED / "model.safetensors") == SHIPPED_SHA256, "the shipped weights are not the file the code names"
+    out = install_testbed(tmp_path / "tb")
+    card = json.loads((out / "card.json").read_text())
+    assert _sha(out / "model.safetensors") == SHIPPED_SHA256 == card["installed"]["sha256"] == card["sha256"]
+    assert card["installed"]["time_s"] < 60 and card["seed"] == 0 and not card["smoke"]
+    assert len(_rows(out / "heldout.jsonl")) == card["config"]["n_heldout"]
+    with pytest.raises(ValueError, match="force"):
+        install_testbed(out)
+    # Weights that are not the shipped file, or a seed it is not, are refused, naming the fix.
+    fake = tmp_path / "fake"
+    shutil.copytree(SHIPPED, fake)
+    with pytest.raises(ValueError, match=r"seed 1 or another config needs `uturn testbed build`"):
+        build(tmp_path / "x", seed=1, config=BuildConfig(), shipped=fake)
+    monkey = tmp_path / "tampered"
+    monkey.mkdir()
+    (monkey / "model.safetensors").write_bytes(b"not the weights")
+    original = build_module.SHIPPED
+    try:
+        build_module.SHIPPED = monkey
+        for name in set(SHIPPED_FILES) - {"model.safetensors"} | {"card.json"}:
+            shutil.copyfile(SHIPPED / name, monkey / name)
+        with pytest.raises(ValueError, match=r"model.safetensors is not the file this version ships"):
+            build(tmp_path / "y", seed=0, config=BuildConfig(), shipped=monkey)
+    finally:
+        build_module.SHIPPED = original
+
+
 def test_testbed_dir_follows_uturn_home(tmp_path, monkeypatch):
     monkeypatch.setenv("UTURN_HOME", str(tmp_path))
     assert testbed.testbed_dir() == tmp_path / "testbed"  # (not imported bare: pytest would collect it)
 
 
 @pytest.mark.slow
-def test_real_testbed_meets_the_acceptance_figures(real_testbed):
-    # The acceptance command of the issue measures the same as the build's own probe: 200 held-out problems, self
-    # setting, greedy and T=1.0 x 4. About 5 minutes on 2 cores; built once per session (conftest.py).
+def test_real_testbed_meets_the_acceptance_figures(real_testbed, tmp_path, monkeypatch):
+    # The shipped testbed, probed here as its build probed it: 200 held-out problems, self setting, greedy and T=1.0
+    # x 4 (seconds). The weights are the same file on every machine; another CPU's kernels may still move a greedy
+    # token here and there, so the bars leave room around the build's own figures (its card).
     out = real_testbed
     card = json.loads((out / "card.json").read_text())
-    probe = card["probe"]
-    assert probe["n_prompts"] == 200
-    # The build is deterministic on one CPU only: another CPU's kernels draw it as another seed would. Step-0 accuracy
-    # measured 0.575 and 0.690 on two AVX2 EPYCs (issue 37), above 0.40 on the AVX512 EPYC of earlier CI runs, 0.370 on
-    # an AVX512 (AMX) Xeon (2026-12-05). The bar is what every machine measured holds, until the built weights ship
-    # (issue 37, item 1) and step 0 is the same for everyone.
-    assert probe["accuracy"] >= 0.35
+    probe = build_module.measure(out)
+    assert probe["n_prompts"] == 200 and abs(probe["accuracy"] - card["probe"]["accuracy"]) <= 0.03
+    assert probe["accuracy"] >= 0.45
     assert probe["followup_rate_T0"] <= 0.05 and probe["grounded_followup_rate_T0"] <= 0.05
     assert 0.10 <= probe["followup_rate_T1"] <= 0.40
     assert card["peak_rss_gb"] <= 3.0
     assert card["dtype"] == "float32" and card["cpu_capability"]  # one numeric path on every CPU
-    # Time is not asserted: a wall-clock limit fails on a slow or busy machine whatever the code does. The build
-    # records it in the card; README has the measured figures (build + probe <= 360 s on 2 cores).
+    # Asking for a missing number is latent, as follow-ups are: the greedy assistant does not ask first (the mixture's
+    # information-gap conversations are 3%; at T=1.0 it asked on 2 of 302 tasks where the build ran: too rare to
+    # assert on another CPU).
+    import shutil
+
+    from uturn_train.cli import main as cli_main
+
+    shutil.copytree(out, tmp_path / "home" / "testbed")  # the fixture is read-only: collab.jsonl is written beside
+    monkeypatch.setenv("UTURN_HOME", str(tmp_path / "home"))
+    cli_main(["collab", "--model", "testbed", "--task", "testbed", "--families", "info_gap", "--temperature", "0",
+              "--out", str(tmp_path / "collab")])
+    info_gap = json.loads((tmp_path / "collab" / "results.json").read_text())["families"]["info_gap"]
+    assert info_gap["n"] >= 250 and info_gap["asked_first"] <= 0.05
+    # Time is not asserted: a wall-clock limit fails on a slow or busy machine whatever the code does. The card
+    # records the build's; installing it records its own (seconds).
 
 
 def test_resolve_fills_in_the_built_testbed(smoke, tmp_path, monkeypatch):

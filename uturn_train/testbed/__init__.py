@@ -7,8 +7,12 @@ the situation the user-turn probe measures. The testbed is a user of the core, b
 paths, and the entry points (`uturn`, the recipes, the eval scripts) call [`resolve`] to turn the name `testbed` in
 their options into the built testbed's paths.
 
+The first time it is named, the seed-0 build that ships with the toolkit is installed (its data drawn again, its
+weights copied and checked: seconds), so every user starts from the same step 0; `uturn testbed build` pre-trains it
+from scratch on the machine at hand (minutes; another CPU's kernels give another model, as another seed would).
+
 ```bash
-uturn testbed build                  # into $UTURN_HOME/testbed (default ~/.cache/uturn/testbed)
+uturn testbed build                  # into $UTURN_HOME/testbed (default ~/.cache/uturn/testbed), from scratch
 uturn probe --model testbed --task testbed --limit 200 --temperatures 0 1.0 --samples 4
 ```
 """
@@ -22,7 +26,7 @@ from ..io import atomic_dir
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["build_testbed", "ensure_testbed", "resolve", "testbed_dir"]
+__all__ = ["build_testbed", "ensure_testbed", "install_testbed", "resolve", "testbed_dir"]
 
 
 def testbed_dir() -> Path:
@@ -60,12 +64,27 @@ def build_testbed(out: str | Path | None = None, *, force: bool = False, seed: i
     return out
 
 
+def install_testbed(out: str | Path | None = None, *, force: bool = False) -> Path:
+    """Write the shipped seed-0 testbed to `out` (default [`testbed_dir`]): its data drawn as a build draws it, its
+    tokenizer and weights copied from the package and checked against their sha256 (seconds). Atomic, as a build."""
+    from .build import SHIPPED, BuildConfig, build
+
+    out = Path(out).expanduser() if out is not None else testbed_dir()
+    if out.exists() and not force:
+        raise ValueError(f"{out} already exists; pass force=True to replace it")
+    with atomic_dir(out, replace=True) as tmp:
+        card = build(tmp, seed=0, config=BuildConfig(), shipped=SHIPPED)
+        (tmp / "card.json").write_text(json.dumps(card, indent=2) + "\n")
+        (tmp / "CARD.md").write_text(_card_markdown(card))
+    return out
+
+
 def ensure_testbed() -> Path:
-    """The default build, built first (several minutes) if it is missing."""
+    """The default testbed, installed first from the shipped weights (seconds) if it is missing."""
     path = testbed_dir()
     if not (path / "card.json").exists():
-        logger.warning("The testbed model is not built yet: building it into %s (a few minutes on a CPU)", path)
-        build_testbed(path, force=path.exists())
+        logger.warning("The testbed is not installed yet: writing the shipped seed-0 build into %s", path)
+        install_testbed(path, force=path.exists())
     return path
 
 
@@ -119,7 +138,9 @@ def _card_markdown(card: dict) -> str:
         "- World: arithmetic word problems (change, reading, walks, ages); second user turns in the mixture: "
         + ", ".join(f"{k} {v:,}" for k, v in d["train_kinds"].items()) + ".",
         f"- Built in {card['time_s']['build']:.0f} s in {card['dtype']} ({card['torch_threads']} threads, CPU "
-        f"capability {card['cpu_capability']}), peak RSS {card['peak_rss_gb']:.2f} GB.",
+        f"capability {card['cpu_capability']}), peak RSS {card['peak_rss_gb']:.2f} GB; weights sha256 "
+        f"`{card['sha256']}`" + (f", installed from the shipped build in {card['installed']['time_s']:.0f} s"
+                                  if card.get("installed") else "") + ".",
         f"- Files: `train.jsonl` (the mixture), `heldout.jsonl` ({d['heldout']} problems never trained on), "
         f"`heldout_triples.jsonl` (query, answer, real follow-up), `conversations.jsonl` ({d['conversations']} "
         "conversations with grounded follow-ups, for collaboration SFT).",

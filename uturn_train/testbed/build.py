@@ -1,10 +1,16 @@
 """Build the testbed from scratch: the world's data, a byte-level BPE tokenizer, a tiny Qwen3.5, its pre-training.
 
-Everything is seeded and the number of training steps is fixed, so a build is the same on every machine, only
-slower or faster. `measure` probes the result; its figures go into the card.
+Everything is seeded and the number of training steps is fixed, but another CPU's float kernels change the training
+as another seed would (one build gave step-0 accuracy 0.575 on one AVX2 EPYC, 0.690 on another). So the weights of the
+seed-0 build ship with the toolkit (`SHIPPED`, checksummed): `build(..., shipped=SHIPPED)` writes the same data and
+takes the tokenizer and weights from there instead of training, and every user starts from the same step 0.
+`measure` probes the result; its figures go into the card.
 """
 
+import hashlib
 import importlib.util
+import json
+import shutil
 import logging
 import math
 import random
@@ -21,6 +27,14 @@ logger = logging.getLogger(__name__)
 
 TEMPLATE = Path(importlib.util.find_spec("trl").origin).parent / "chat_templates" / "qwen3_5_nothink.jinja"
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+SHIPPED = Path(__file__).with_name("weights")  # the seed-0 build's model, tokenizer and card
+SHIPPED_SHA256 = "20b16919a999da702d34f94e43d189488cfeee6aded4383c9bd0184c32d57d90"  # of SHIPPED / model.safetensors
+SHIPPED_FILES = ("model.safetensors", "config.json", "generation_config.json", "tokenizer.json",
+                 "tokenizer_config.json", "chat_template.jinja")
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 @dataclass
@@ -33,7 +47,8 @@ class BuildConfig:
         second_turn (`dict`): shares of the training conversations by what follows the first answer. Most second
             user turns are new problems and most of those open with the same lead-in, so greedy decoding picks that
             opening: greedy decoding takes the most likely first token, so a turn kind that is rare at its first token
-            stays out of greedy turns while sampling reaches it in proportion.
+            stays out of greedy turns while sampling reaches it in proportion. `info_gap` conversations pose a problem
+            without one number instead, and the assistant asks for it (`turns.info_gap_conversation`).
         ask_rate (`float`): share of answers that end with a question to the user.
     """
 
@@ -52,7 +67,7 @@ class BuildConfig:
     probe_limit: int = 200  # held-out problems `measure` probes for the card
     probe_samples: int = 4
     second_turn: dict = field(default_factory=lambda: {
-        "single": 0.2, "new_problem": 0.55, "followup": 0.2, "acknowledgement": 0.05})
+        "single": 0.2, "new_problem": 0.55, "followup": 0.2, "acknowledgement": 0.05, "info_gap": 0.03})
     ask_rate: float = 0.15
 
     @classmethod
@@ -247,10 +262,21 @@ def measure(out_dir: str | Path, limit: int = 200, samples: int = 4) -> dict:
             "categories": {f"T{s['temperature']:g}": s["categories"] for s in summary["settings"]}}
 
 
-def build(out: Path, *, seed: int, config: BuildConfig, probe: bool = True) -> dict:
-    """Build into the (empty) directory `out`; returns the card."""
+def build(out: Path, *, seed: int, config: BuildConfig, probe: bool = True, shipped: Path | None = None) -> dict:
+    """Build into the (empty) directory `out`; returns the card. With `shipped` (a folder of `SHIPPED_FILES` and the
+    build's `card.json`), the data is drawn as in a build but the tokenizer and weights are the shipped ones (checked
+    against `SHIPPED_SHA256` when it is `SHIPPED`): seconds instead of minutes, and no training."""
     import torch
-    from transformers import set_seed
+    from transformers import PreTrainedTokenizerFast, set_seed
+
+    if shipped is not None:
+        shipped_card = json.loads((shipped / "card.json").read_text())
+        if (seed, asdict(config)) != (shipped_card["seed"], shipped_card["config"]):
+            raise ValueError(f"{shipped}: the shipped testbed is seed {shipped_card['seed']} of its card's config; "
+                             f"seed {seed} or another config needs `uturn testbed build` (minutes)")
+        if Path(shipped).resolve() == SHIPPED.resolve() and sha256(shipped / "model.safetensors") != SHIPPED_SHA256:
+            raise ValueError(f"{shipped}/model.safetensors is not the file this version ships (sha256 differs): "
+                             "reinstall uturn-train, or build the testbed with `uturn testbed build`")
 
     start = time.perf_counter()
     set_seed(seed)
@@ -261,7 +287,8 @@ def build(out: Path, *, seed: int, config: BuildConfig, probe: bool = True) -> d
 
     # The mixture, in chunks until every step's rows can be filled; the tokenizer learns from the first chunk.
     mixture = make_conversations(rng, 2000, config.second_turn, config.ask_rate, avoid)
-    tokenizer = train_tokenizer([render(r["messages"]) for r in mixture], config.vocab_size)
+    tokenizer = (PreTrainedTokenizerFast.from_pretrained(shipped) if shipped is not None
+                 else train_tokenizer([render(r["messages"]) for r in mixture], config.vocab_size))
     for row in mixture[:50]:
         if tokenizer.apply_chat_template(row["messages"], tokenize=False) != render(row["messages"]):
             raise RuntimeError("the fast renderer no longer matches the Qwen3.5 template; fix `render`")
@@ -274,13 +301,16 @@ def build(out: Path, *, seed: int, config: BuildConfig, probe: bool = True) -> d
     data = [to_tensors([sequences[i] for i in rows], bucket, tokenizer.pad_token_id) for bucket, rows in plan]
     mixture = [mixture[i] for i in sorted(i for _, rows in plan for i in rows)]
 
-    model = make_model(tokenizer, config)
     data_s = time.perf_counter() - start
-    losses = train(model, data, config)
+    if shipped is not None:
+        for name in SHIPPED_FILES:
+            shutil.copyfile(shipped / name, out / name)
+    else:
+        model = make_model(tokenizer, config)
+        losses = train(model, data, config)
+        model.save_pretrained(out)
+        tokenizer.save_pretrained(out)
     train_s = time.perf_counter() - start - data_s
-
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
     write_jsonl(out / "train.jsonl", mixture)
     write_jsonl(out / "heldout.jsonl", ({"question": r["question"], "answer": r["answer"]} for r in heldout))
     write_jsonl(out / "heldout_triples.jsonl",
@@ -290,6 +320,13 @@ def build(out: Path, *, seed: int, config: BuildConfig, probe: bool = True) -> d
     kinds = {}
     for r in mixture:
         kinds[r["kind"]] = kinds.get(r["kind"], 0) + 1
+    if shipped is not None:
+        card = {**shipped_card, "installed": {"from": str(shipped), "sha256": sha256(out / "model.safetensors"),
+                                              "time_s": round(time.perf_counter() - start, 1)}}
+        if card["data"]["train_kinds"] != kinds:
+            raise RuntimeError(f"the data drawn here differs from the shipped build's ({kinds} against "
+                               f"{card['data']['train_kinds']}): this version draws another world; rebuild")
+        return card
     card = {
         "seed": seed,
         "config": asdict(config),
@@ -306,6 +343,7 @@ def build(out: Path, *, seed: int, config: BuildConfig, probe: bool = True) -> d
         "torch_threads": torch.get_num_threads(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
+        "sha256": sha256(out / "model.safetensors"),
     }
     if probe:
         t = time.perf_counter()

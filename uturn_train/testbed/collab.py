@@ -12,7 +12,8 @@ Every line the oracle partner may say is written here, from the world's own solu
 ([`~uturn_train.collab.partners.OraclePartner`]) needs no world: it reveals `reveal`, or replies `fix`, or goes over
 the answer again.
 The problems are the build's held-out ones, never trained on (their keys are kept out of every training conversation);
-the testbed was never shown an incomplete problem or a wrong answer (docs/collab.md: what it must learn).
+the testbed saw incomplete problems in its mixture (`turns.info_gap_conversation`: asking is latent, as follow-ups are)
+but never a wrong answer (docs/collab.md: what it must learn).
 """
 
 import json
@@ -22,12 +23,10 @@ from pathlib import Path
 
 from ..io import read_jsonl, write_jsonl
 from .build import make_heldout
-from .turns import ORDINAL, capitalize
+from .turns import ORDINAL, gap_question, reveal_line
 from .world import Problem, Step, sample_problem
 
 COLLAB_FILE = "collab.jsonl"
-# A number can be left out where "some" reads as English: before a noun, not after `$` ("$some each") or "another".
-_NOT_BEFORE = {"times", "years"}
 _OPS = {"+": int.__add__, "-": int.__sub__, "*": int.__mul__, "/": int.__floordiv__}
 
 
@@ -42,32 +41,12 @@ def heldout_problems(testbed: Path) -> list[Problem]:
     return problems
 
 
-def _gap(problem: Problem, rng: random.Random) -> tuple[str, str] | None:
-    """The question with one number left out, and the knob left out; None if no number can go."""
-    options = []
-    for knob, value in problem.numbers.items():
-        # Every spot of the number, "$3" too: a number that stands twice (3 candles at $3) is two knobs' value, and
-        # leaving one out would name the wrong one in the reveal.
-        spots = [m for m in re.finditer(rf"(?<!\d){value}(?!\d)", problem.question)]
-        if len(spots) != 1 or list(problem.numbers.values()).count(value) != 1:
-            continue
-        start, end = spots[0].span()
-        after = problem.question[end:].split(maxsplit=1)
-        if problem.question[end:end + 1] == " " and after and after[0].isalpha() and after[0] not in _NOT_BEFORE \
-                and not problem.question[:start].endswith(("another ", "$")):
-            options.append((knob, problem.question[:start] + "some" + problem.question[end:]))
-    if not options:
-        return None
-    knob, question = rng.choice(options)
-    return question, knob
-
-
 def info_gap_task(problem: Problem, index: int, rng: random.Random) -> dict | None:
-    gap = _gap(problem, rng)
+    gap = gap_question(problem, rng)
     if gap is None:
         return None
     question, knob = gap
-    reveal = f"{capitalize(problem.knobs[knob])} is {problem.numbers[knob]}."
+    reveal = reveal_line(problem, knob)
     brief = (f"You are a user who needs help with a math problem. The whole problem is: {problem.question} "
              f"You only wrote: {question} If the assistant asks for what is missing, tell it ({reveal}) in one short "
              "sentence. Never solve the problem yourself.")

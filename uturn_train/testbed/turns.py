@@ -8,6 +8,7 @@ reply is computed from the problem, so the assistant is always right, also when 
 """
 
 import random
+import re
 
 from .world import Problem, Step, draw_number, sample_problem
 
@@ -211,18 +212,77 @@ def answer(rng: random.Random, problem: Problem, ask_rate: float) -> tuple[str, 
     return f"{problem.solution}\n\n{rng.choice(ASSISTANT_QUESTIONS[asked])}", asked
 
 
+# ---------------------------------------------------------------------------------------------------------------------
+# Information gaps: a problem posed without one of its numbers, the assistant asking for it, the user's number, the
+# solution. At a small share of the mixture, so that asking is there to sample (T=1.0) but not what greedy decoding
+# does after an incomplete question, as with follow-ups; `uturn collab`'s info_gap family measures it and the
+# collaboration objective trains it. (Answers that assume a value instead were tried: they put numbers the question
+# never says into the answer, and the build's accuracy fell from 0.37 to 0.06, the model no longer copying its
+# question's numbers; measured 2026-12-06, AVX512.)
+# A number can be left out where "some" reads as English: before a noun, not after `$` ("$some each") or "another".
+_NOT_BEFORE = {"times", "years"}
+ASK_GAP = ["What is {phrase}?", "I need {phrase} to solve this. What is it?", "Could you tell me {phrase}?",
+           "The problem does not say {phrase}. What is it?", "What number is {phrase}?",
+           "To solve it I need {phrase}. Can you tell me?"]
+GIVE_GAP = ["{reveal}"] * 4 + ["It's {v}.", "{v}", "Oh sorry, {phrase} is {v}.", "{phrase} is {v}"]
+
+
+def reveal_line(problem: Problem, knob: str) -> str:
+    """How the user states the missing number (the collaboration oracle says exactly this)."""
+    return f"{capitalize(problem.knobs[knob])} is {problem.numbers[knob]}."
+
+
+def gap_question(problem: Problem, rng: random.Random) -> tuple[str, str] | None:
+    """The question with one number left out, and the knob left out; None if no number can go."""
+    options = []
+    for knob, value in problem.numbers.items():
+        # Every spot of the number, "$3" too: a number that stands twice (3 candles at $3) is two knobs' value, and
+        # leaving one out would name the wrong one in the reveal.
+        spots = [m for m in re.finditer(rf"(?<!\d){value}(?!\d)", problem.question)]
+        if len(spots) != 1 or list(problem.numbers.values()).count(value) != 1:
+            continue
+        start, end = spots[0].span()
+        after = problem.question[end:].split(maxsplit=1)
+        if problem.question[end:end + 1] == " " and after and after[0].isalpha() and after[0] not in _NOT_BEFORE \
+                and not problem.question[:start].endswith(("another ", "$")):
+            options.append((knob, problem.question[:start] + "some" + problem.question[end:]))
+    if not options:
+        return None
+    knob, question = rng.choice(options)
+    return question, knob
+
+
+def info_gap_conversation(rng: random.Random, problem: Problem) -> tuple[list[dict], str, list] | None:
+    """The problem posed without one number, the assistant asking for it, the user giving it, the solution; None if
+    no number can be left out."""
+    if (gap := gap_question(problem, rng)) is None:
+        return None
+    question, knob = gap
+    phrase, value = problem.knobs[knob], problem.numbers[knob]
+    give = rng.choice(GIVE_GAP).format(reveal=reveal_line(problem, knob), v=value, phrase=phrase)
+    return [{"role": "user", "content": question},
+            {"role": "assistant", "content": rng.choice(ASK_GAP).format(phrase=phrase)},
+            {"role": "user", "content": capitalize(give)},
+            {"role": "assistant", "content": problem.solution}], "info_gap", [problem]
+
+
 def conversation(rng: random.Random, second_turn: dict[str, float], ask_rate: float) -> tuple[list[dict], str, list]:
     """A conversation, the kind of its second user turn (`single` when it has none) and the problems it solves.
 
     Args:
-        second_turn (`dict[str, float]`): weights of `single`, `new_problem`, `followup` and `acknowledgement`.
+        second_turn (`dict[str, float]`): weights of `single`, `new_problem`, `followup`, `acknowledgement` and
+            `info_gap` (the first question lacks a number: `info_gap_conversation`).
         ask_rate (`float`): share of answers that end with a question to the user.
     """
     problem = sample_problem(rng)
+    kind = rng.choices(list(second_turn), weights=list(second_turn.values()))[0]
+    while kind == "info_gap":
+        if (gap := info_gap_conversation(rng, problem)) is not None:
+            return gap
+        problem = sample_problem(rng)  # no number of this one can be left out
     text, asked = answer(rng, problem, ask_rate)
     messages = [{"role": "user", "content": problem.question}, {"role": "assistant", "content": text}]
     problems = [problem]
-    kind = rng.choices(list(second_turn), weights=list(second_turn.values()))[0]
     if kind == "new_problem":
         turn, other = new_problem(rng)
         reply = answer(rng, other, ask_rate)[0]
