@@ -10,11 +10,11 @@ takes the tokenizer and weights from there instead of training, and every user s
 import hashlib
 import importlib.util
 import json
-import shutil
 import logging
 import math
 import random
 import resource
+import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path

@@ -18,7 +18,6 @@ but never a wrong answer (docs/collab.md: what it must learn).
 
 import json
 import random
-import re
 from pathlib import Path
 
 from ..io import read_jsonl, write_jsonl
