@@ -134,18 +134,14 @@ def fit_reader(items, extra, y, g, seed, width, epochs, lr=1e-3):
 def held_out(x, rows, head, folds):
     """(label probabilities, p(grounded)) of every row from the judge's own fit (`judge_training.fit`, `head`) on the
     other folds."""
-    import torch as t
-
-    from uturn_train.probe.labelers.judge import forward
+    from uturn_train.probe.labelers.judge import Judge, forward
     from uturn_train.probe.labelers.judge_training import fit
 
     out = [None] * len(rows)
     for f in range(5):
         train, held = [i for i in range(len(rows)) if folds[i] != f], [i for i in range(len(rows)) if folds[i] == f]
-        w = fit(x[train], [rows[i] for i in train], head, 0.5)
-        z = (x[held] - t.tensor(w["mean"])) / t.tensor(w["std"])
-        members = [[{k: t.tensor(layer[k]) for k in ("w", "b")} for layer in m] for m in w["members"]]
-        label, grounded = forward(members, z)
+        judge = Judge({**fit(x[train], [rows[i] for i in train], head, 0.5), "name": "cv"}, likelihoods=None)
+        label, grounded = forward(judge.members, (x[held] - judge.mean) / judge.std)
         for i, a, b in zip(held, label, grounded.tolist()):
             out[i] = (a, b)
     return out

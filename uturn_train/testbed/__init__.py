@@ -53,12 +53,19 @@ def build_testbed(out: str | Path | None = None, *, force: bool = False, seed: i
     """
     from .build import BuildConfig, build
 
+    config = BuildConfig.smoke() if smoke else BuildConfig()
+    return _write(out, force, "(`uturn testbed build --force`) to rebuild it",
+                  lambda tmp: {**build(tmp, seed=seed, config=config), "smoke": smoke})
+
+
+def _write(out: str | Path | None, force: bool, how: str, make) -> Path:
+    """`make(tmp)` fills a temporary folder beside `out` and returns the card; the folder, with the card, replaces
+    `out` only when complete."""
     out = Path(out).expanduser() if out is not None else testbed_dir()
     if out.exists() and not force:
-        raise ValueError(f"{out} already exists; pass force=True (`uturn testbed build --force`) to rebuild it")
+        raise ValueError(f"{out} already exists; pass force=True {how}")
     with atomic_dir(out, replace=True) as tmp:
-        card = build(tmp, seed=seed, config=BuildConfig.smoke() if smoke else BuildConfig())
-        card["smoke"] = smoke
+        card = make(tmp)
         (tmp / "card.json").write_text(json.dumps(card, indent=2) + "\n")
         (tmp / "CARD.md").write_text(_card_markdown(card))
     return out
@@ -69,14 +76,7 @@ def install_testbed(out: str | Path | None = None, *, force: bool = False) -> Pa
     tokenizer and weights copied from the package and checked against their sha256 (seconds). Atomic, as a build."""
     from .build import SHIPPED, BuildConfig, build
 
-    out = Path(out).expanduser() if out is not None else testbed_dir()
-    if out.exists() and not force:
-        raise ValueError(f"{out} already exists; pass force=True to replace it")
-    with atomic_dir(out, replace=True) as tmp:
-        card = build(tmp, seed=0, config=BuildConfig(), shipped=SHIPPED)
-        (tmp / "card.json").write_text(json.dumps(card, indent=2) + "\n")
-        (tmp / "CARD.md").write_text(_card_markdown(card))
-    return out
+    return _write(out, force, "to replace it", lambda tmp: build(tmp, seed=0, config=BuildConfig(), shipped=SHIPPED))
 
 
 def ensure_testbed() -> Path:

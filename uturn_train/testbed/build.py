@@ -298,14 +298,14 @@ def build(out: Path, *, seed: int, config: BuildConfig, probe: bool = True, ship
         more = make_conversations(rng, 2000, config.second_turn, config.ask_rate, avoid)
         mixture += more
         sequences += tokenizer([render(r["messages"]) + eot for r in more])["input_ids"]
-    data = [to_tensors([sequences[i] for i in rows], bucket, tokenizer.pad_token_id) for bucket, rows in plan]
     mixture = [mixture[i] for i in sorted(i for _, rows in plan for i in rows)]
 
     data_s = time.perf_counter() - start
     if shipped is not None:
         for name in SHIPPED_FILES:
             shutil.copyfile(shipped / name, out / name)
-    else:
+    else:  # the batches' tensors only where they are trained on
+        data = [to_tensors([sequences[i] for i in rows], bucket, tokenizer.pad_token_id) for bucket, rows in plan]
         model = make_model(tokenizer, config)
         losses = train(model, data, config)
         model.save_pretrained(out)
