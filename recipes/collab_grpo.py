@@ -1,6 +1,7 @@
 """Collaboration GRPO: online RL on the **user** turn, rewarded by grounded follow-ups and kept honest by accuracy; or,
-with `--objective collab`, on whole conversations with an oracle partner, rewarded by how they end
-(`uturn_train/training/collab_rl.py`: the policy plays the user in peer_check and the assistant in info_gap).
+with `--objective collab`, on whole conversations with an oracle partner, rewarded by how they end and shaped by the
+probe's verdict on the first user turn (`uturn_train/training/collab_rl.py`: the policy plays the user in peer_check
+and the assistant in info_gap).
 
 The prompts are user-turn prompts, the conversation (query, then the policy's own answer, generated once before
 training, or the data's with `--prompt_setting heldout`) cut at the user header exactly as the probe builds them, and
@@ -47,7 +48,7 @@ def main(training_args, model_args, probe_args, rl_args):
     from uturn_train.probe.settings import labeler_for
     from uturn_train.testbed.collab import training_collab_tasks
     from uturn_train.tracking import name_run_by_seed, wandb_offline_unless_logged_in
-    from uturn_train.training.collab_rl import CollabReward, CollabRollout, collab_rows
+    from uturn_train.training.collab_rl import CollabReward, CollabRollout, FirstUserTurn, collab_rows
     from uturn_train.training.rewards import LengthGuard, UserTurnReward, accuracy
     from uturn_train.training.rl_data import grpo_rows, rl_examples
     from uturn_train.zoo import resolve
@@ -78,6 +79,10 @@ def main(training_args, model_args, probe_args, rl_args):
     if not is_deepspeed_zero3_enabled():  # ZeRO-3 placed its partitions already
         model.to(training_args.device)
     rollout_func = None
+    judge = None
+    if labeler_for(rl_args.reward_labeler, rl_args.prompt_source) == "trained":
+        judge = load_judge(device=str(training_args.device))
+    turn_reward = UserTurnReward(tokenizer, role_header_starts(tokenizer), judge)
     if rl_args.objective == "collab":  # whole conversations with the oracle partner, rewarded by how they end
         if is_deepspeed_zero3_enabled():
             # Under ZeRO-3 every forward of the model is a collective (DeepSpeed's start-of-forward hook), and the
@@ -95,7 +100,7 @@ def main(training_args, model_args, probe_args, rl_args):
                                   max_new_tokens=training_args.max_completion_length,
                                   batch_size=training_args.per_device_train_batch_size)
         rollout_func = CollabRollout(tokenizer, tasks, settings)
-        rewards = [CollabReward(rl_args.collab_turn_cost), accuracy]
+        rewards = [CollabReward(rl_args.collab_turn_cost), FirstUserTurn(turn_reward), accuracy]
         print(f"{len(tasks)} collaboration tasks ({', '.join(rl_args.collab_families)}) and "
               f"{len(rows) - len(tasks)} anchor problems from {rl_args.prompt_source!r}")
     else:
@@ -104,11 +109,7 @@ def main(training_args, model_args, probe_args, rl_args):
         n_anchors = sum(r["kind"] == "anchor" for r in rows)
         print(f"{len(rows) - n_anchors} user-turn prompts ({rl_args.prompt_setting} answers) and {n_anchors} anchor "
               f"problems from {rl_args.prompt_source!r}")
-        judge = None
-        if labeler_for(rl_args.reward_labeler, rl_args.prompt_source) == "trained":
-            judge = load_judge(device=str(training_args.device))
-        rewards = [UserTurnReward(tokenizer, role_header_starts(tokenizer), judge),
-                   LengthGuard(rl_args.user_turn_budget), accuracy]
+        rewards = [turn_reward, LengthGuard(rl_args.user_turn_budget), accuracy]
     requested = dict(training_args.gradient_checkpointing_kwargs or {})  # TRL's trainer rewrites it
     trainer = GRPOTrainer(model=model, reward_funcs=rewards, args=training_args, train_dataset=Dataset.from_list(rows),
                           processing_class=tokenizer, peft_config=lora_config(model_args), rollout_func=rollout_func)

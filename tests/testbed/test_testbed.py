@@ -221,8 +221,8 @@ def test_real_testbed_meets_the_acceptance_figures(real_testbed, tmp_path, monke
     assert card["peak_rss_gb"] <= 3.0
     assert card["dtype"] == "float32" and card["cpu_capability"]  # one numeric path on every CPU
     # Asking for a missing number is latent, as follow-ups are: the greedy assistant does not ask first (the mixture's
-    # information-gap conversations are 3%; at T=1.0 it asked on 2 of 302 tasks where the build ran: too rare to
-    # assert on another CPU).
+    # information-gap conversations are 3%; at T=1.0, where the build ran, 2 of 302 first turns had a question mark and
+    # no final answer, and read, both were broken answers: docs/collab.md).
     import shutil
 
     from uturn_train.cli import main as cli_main

@@ -9,7 +9,7 @@ from uturn_train.collab import CollabSettings, OraclePartner, dialogue, run_coll
 from uturn_train.collab.dialogue import turn_prompt
 from uturn_train.collab.tasks import CollabTask
 from uturn_train.generation import Generation
-from uturn_train.training.collab_rl import CollabReward, collab_rows
+from uturn_train.training.collab_rl import CollabReward, FirstUserTurn, collab_rows
 
 INFO_GAP = CollabTask("t-info_gap", "info_gap", "5", [{"role": "user", "content": "Mia buys some pens at $2 each and "
                       "pays $10. How many pens did she buy?"}], oracle={"reveal": "The number of pens is 5."})
@@ -64,6 +64,40 @@ def test_reward_is_success_less_a_cost_per_extra_turn():
     assert logged == {"collab/rollout_success/info_gap": 1.0, "collab/rollout_success/peer_check_wrong_start": 0.5}
     with pytest.raises(ValueError, match="collab_turn_cost"):
         CollabReward(turn_cost=1.0)
+
+
+def peer_check(i: int, pens: int, price: int) -> CollabTask:
+    question = f"Ann buys {pens} pens at ${price} each. How much does she pay?"
+    answer = f"She pays {pens} * {price} = {pens * price + 1} dollars. #### {pens * price + 1}"
+    return CollabTask(f"t{i}-peer_check", "peer_check", str(pens * price), [
+        {"role": "user", "content": question}, {"role": "assistant", "content": answer}], answer_right=False,
+        oracle={"wrong_step": 0, "values": [str(pens * price + 1)], "operands": [str(pens), str(price)],
+                "ordinal": "first", "fix": "...", "solution": "..."})
+
+
+def test_shaping_rewards_a_first_user_turn_that_reacts_to_its_own_answer():
+    from helpers import tiny
+
+    from uturn_train.chat import role_header_starts
+    from uturn_train.training.rewards import UserTurnReward
+
+    tokenizer = tiny.qwen_tokenizer()
+    tasks = [peer_check(0, 3, 4), peer_check(1, 6, 7), peer_check(2, 8, 9), INFO_GAP]
+    rows = collab_rows(tokenizer, tasks, [], 0.0, seed=0)
+    by_id = {r["id"]: r for r in rows}
+    # Every peer_check row is controlled with the other tasks' openings, never its own; info_gap has none.
+    first = by_id["t0-peer_check"]
+    assert first["query"] == tasks[0].messages[0]["content"] and len(first["controls"]) >= 1
+    assert all(c[0] != first["query"] for c in first["controls"])
+    assert by_id["t-info_gap"]["controls"] == [] and by_id["t-info_gap"]["query"] is None
+    shaping = FirstUserTurn(UserTurnReward(tokenizer, role_header_starts(tokenizer)))
+    order = ["t0-peer_check", "t0-peer_check", "t0-peer_check", "t-info_gap"]
+    batch = {k: [by_id[i][k] for i in order] for k in ("kind", "family", "query", "answer", "controls")}
+    got = shaping(completions=["", "", "", ""], first_turn=[
+        "Why is it 13 dollars? 3 * 4 is 12.", "Thanks, that helps!", "She pays 12 dollars. #### 12",
+        "How many pens?"], **batch)
+    # Grounded in its own answer; thanks; the answer given again under the user role (identity drift); not shaped.
+    assert got == [1.0, 0.0, -1.0, None]
 
 
 def test_training_tasks_are_never_the_measured_ones(shared_data, tmp_path):
@@ -138,6 +172,9 @@ def test_collab_objective_trains_through_trls_rollout_func(tiny_qwen_dir, tmp_pa
         success = {k: v for k, v in h.items() if k.startswith("collab/rollout_success/")}
         assert success and all(0 <= v <= 1 for v in success.values())  # the rollouts' families, logged
     assert any("collab/success_rate/peer_check" in h for h in state["log_history"])  # the held-out tasks, probed
+    # The shaping reward is computed and logged where a step held peer_check rows (NaN where it held none).
+    shaped = [h["rewards/first_user_turn/mean"] for h in steps]
+    assert all(-1 <= v <= 1 for v in shaped if v == v) and any(v == v for v in shaped)
 
 
 @pytest.mark.slow

@@ -218,7 +218,9 @@ def answer(rng: random.Random, problem: Problem, ask_rate: float) -> tuple[str, 
 # does after an incomplete question, as with follow-ups; `uturn collab`'s info_gap family measures it and the
 # collaboration objective trains it. (Answers that assume a value instead were tried: they put numbers the question
 # never says into the answer, and the build's accuracy fell from 0.37 to 0.06, the model no longer copying its
-# question's numbers; measured 2026-12-06, AVX512.)
+# question's numbers; measured 2026-12-06, AVX512.) Measured on the shipped build, asking is not there at T=1.0 either:
+# the model would have to notice "some" before its first word; a question that restates the sentence with the gap
+# first is sampled, but breaks the main job on that build (docs/collab.md).
 # A number can be left out where "some" reads as English: before a noun, not after `$` ("$some each") or "another".
 _NOT_BEFORE = {"times", "years"}
 ASK_GAP = ["What is {phrase}?", "I need {phrase} to solve this. What is it?", "Could you tell me {phrase}?",

@@ -18,6 +18,12 @@ of the rollouts does not count a question that names the wrong step by its ordin
 step?"): it fits any answer, and rewarded for it GRPO learned to ask it of every answer (recipes/README.md). Anchors
 (`anchor_share`) are ordinary problems, one turn, rewarded by `rewards.accuracy` as in the user-turn objective.
 
+Shaping ([`FirstUserTurn`], its weight in `reward_weights`): the user-turn probe's verdict on the policy's first user
+turn of a peer_check conversation (`rewards.UserTurnReward`, against three other tasks' openings). The outcome alone is
+too sparse for a model that seldom questions anything: on the testbed the rollouts' wrong-start success stayed at
+0.5-1.6% over 300 steps, and most groups of 8 held no success to compare (recipes/README.md). A grounded first turn
+names the answer's own numbers, the step before naming the one the slip changed, which the outcome then selects.
+
 Training tasks are never the measured ones: the recipe draws the testbed's from world problems apart from its held-out
 keys (`testbed.collab.training_collab_tasks`), GSM8K's from its train split (`collab.gsm8k.gsm8k_collab_tasks`).
 """
@@ -30,12 +36,19 @@ from ..collab.dialogue import CollabSettings, run_collab, turn_prompt
 from ..collab.partners import OraclePartner
 from ..collab.tasks import CollabTask
 from ..generation import generate
+from ..probe.rules.grounding import CONTROLS, derangement
 
 
 def collab_rows(tokenizer, tasks: list[CollabTask], examples: list, anchor_share: float, seed: int) -> list[dict]:
     """The RL data set: a row per task (`kind` `collab`) and per anchor problem (`kind` `anchor`, drawn among the
-    `examples` with a gold answer so that they are `anchor_share` of the rows), shuffled."""
+    `examples` with a gold answer so that they are `anchor_share` of the rows), shuffled. A peer_check row also holds
+    its opening (`query`, `answer`) and up to `CONTROLS` other tasks' openings (`controls`), for [`FirstUserTurn`]."""
     rng = random.Random(seed)
+    opening = {t.id: (t.messages[0]["content"], t.messages[1]["content"]) for t in tasks if t.family == "peer_check"}
+    peers = list(opening)
+    cycles = [derangement(len(peers), seed + c) for c in range(CONTROLS)] if len(peers) > 1 else []
+    controls = {tid: [list(opening[peers[cycle[i]]]) for cycle in cycles if opening[peers[cycle[i]]] != opening[tid]]
+                for i, tid in enumerate(peers)}
     graded = [ex for ex in examples if ex.gold is not None]
     n = round(anchor_share / (1 - anchor_share) * len(tasks))
     if n > len(graded):
@@ -43,9 +56,11 @@ def collab_rows(tokenizer, tasks: list[CollabTask], examples: list, anchor_share
                          f"only {len(graded)} prompts have a gold answer: lower anchor_share or raise prompt_limit")
     anchors = rng.sample(graded, n)
     rows = [{"prompt": turn_prompt(tokenizer, t), "kind": "collab", "id": t.id, "family": t.family, "gold": t.gold,
-             "answer_right": t.answer_right} for t in tasks]
+             "answer_right": t.answer_right, "query": opening.get(t.id, (None, None))[0],
+             "answer": opening.get(t.id, (None, None))[1], "controls": controls.get(t.id, [])} for t in tasks]
     rows += [{"prompt": answer_prompt(tokenizer, [{"role": "user", "content": ex.query}]), "kind": "anchor",
-              "id": ex.id, "family": None, "gold": ex.gold, "answer_right": None} for ex in anchors]
+              "id": ex.id, "family": None, "gold": ex.gold, "answer_right": None, "query": None, "answer": None,
+              "controls": []} for ex in anchors]
     rng.shuffle(rows)
     return rows
 
@@ -76,7 +91,7 @@ class CollabRollout:
         anchors = [i for i, p in enumerate(prompts) if p not in self.tasks]
         out = {"prompt_ids": [None] * len(prompts), "completion_ids": [None] * len(prompts),
                "env_mask": [None] * len(prompts), "logprobs": None, "collab_success": [None] * len(prompts),
-               "collab_turns": [None] * len(prompts)}
+               "collab_turns": [None] * len(prompts), "first_turn": [None] * len(prompts)}
         with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator,
                                          gather_deepspeed3_params=args.ds3_gather_for_generation,
                                          gradient_checkpointing_kwargs=args.gradient_checkpointing_kwargs) as model:
@@ -85,7 +100,9 @@ class CollabRollout:
                 run = run_collab(model, self.tokenizer, [self.tasks[prompts[i]] for i in collab],
                                  OraclePartner(ordinal=False), settings, disable_progress=True, trace=True)
                 for i, record in zip(collab, run.conversations):
-                    trace = record["trace"]
+                    trace, opened = record["trace"], len(self.tasks[prompts[i]].messages)
+                    out["first_turn"][i] = record["messages"][opened]["content"] if len(record["messages"]) > opened \
+                        else ""
                     out["prompt_ids"][i], out["completion_ids"][i] = trace["prompt_ids"], trace["completion_ids"]
                     out["env_mask"][i] = trace["env_mask"]
                     out["collab_success"][i], out["collab_turns"][i] = bool(record["success"]), record["turns"]
@@ -128,3 +145,25 @@ class CollabReward:
                     log_metric(f"collab/rollout_success/{name}", sum(got) / len(got))
         return [None if k != "collab" else float(s) - self.turn_cost * (t - 1)
                 for k, s, t in zip(kind, collab_success, collab_turns)]
+
+
+class FirstUserTurn:
+    """Shaping: the user-turn probe's verdict ([`~uturn_train.training.rewards.UserTurnReward`]: +1 grounded, +0.5
+    specific to its conversation, 0 a follow-up that fits any answer, thanks or a new topic, -1 drift, repetition,
+    empty) on the policy's first user turn of each peer_check conversation, against the row's `controls`; None for
+    info_gap and anchors. Reads the rollout's `first_turn`."""
+
+    __name__ = "first_user_turn"
+
+    def __init__(self, turn_reward):
+        self.turn_reward = turn_reward
+
+    def __call__(self, completions, kind, family, query, answer, controls, first_turn=None, **kwargs):
+        rows = [i for i, (k, f) in enumerate(zip(kind, family)) if k == "collab" and f == "peer_check"]
+        rewards = [None] * len(kind)
+        if rows:
+            got = self.turn_reward([first_turn[i] or "" for i in rows], [[] for _ in rows], ["user_turn"] * len(rows),
+                                   [query[i] for i in rows], [answer[i] for i in rows], [controls[i] for i in rows])
+            for i, r in zip(rows, got):
+                rewards[i] = r
+        return rewards
