@@ -36,19 +36,17 @@ from ..collab.dialogue import CollabSettings, run_collab, turn_prompt
 from ..collab.partners import OraclePartner
 from ..collab.tasks import CollabTask
 from ..generation import generate
-from ..probe.rules.grounding import CONTROLS, derangement
+from ..probe.rules.grounding import mismatched_contexts
 
 
 def collab_rows(tokenizer, tasks: list[CollabTask], examples: list, anchor_share: float, seed: int) -> list[dict]:
     """The RL data set: a row per task (`kind` `collab`) and per anchor problem (`kind` `anchor`, drawn among the
     `examples` with a gold answer so that they are `anchor_share` of the rows), shuffled. A peer_check row also holds
-    its opening (`query`, `answer`) and up to `CONTROLS` other tasks' openings (`controls`), for [`FirstUserTurn`]."""
+    its opening (`query`, `answer`) and other tasks' openings (`controls`: `mismatched_contexts`), for
+    [`FirstUserTurn`]."""
     rng = random.Random(seed)
     opening = {t.id: (t.messages[0]["content"], t.messages[1]["content"]) for t in tasks if t.family == "peer_check"}
-    peers = list(opening)
-    cycles = [derangement(len(peers), seed + c) for c in range(CONTROLS)] if len(peers) > 1 else []
-    controls = {tid: [list(opening[peers[cycle[i]]]) for cycle in cycles if opening[peers[cycle[i]]] != opening[tid]]
-                for i, tid in enumerate(peers)}
+    controls = dict(zip(opening, mismatched_contexts(list(opening.values()), seed)))
     graded = [ex for ex in examples if ex.gold is not None]
     n = round(anchor_share / (1 - anchor_share) * len(tasks))
     if n > len(graded):
@@ -56,8 +54,8 @@ def collab_rows(tokenizer, tasks: list[CollabTask], examples: list, anchor_share
                          f"only {len(graded)} prompts have a gold answer: lower anchor_share or raise prompt_limit")
     anchors = rng.sample(graded, n)
     rows = [{"prompt": turn_prompt(tokenizer, t), "kind": "collab", "id": t.id, "family": t.family, "gold": t.gold,
-             "answer_right": t.answer_right, "query": opening.get(t.id, (None, None))[0],
-             "answer": opening.get(t.id, (None, None))[1], "controls": controls.get(t.id, [])} for t in tasks]
+             "answer_right": t.answer_right, **dict(zip(("query", "answer"), opening.get(t.id, (None, None)))),
+             "controls": [list(c) for c in controls.get(t.id, [])]} for t in tasks]
     rows += [{"prompt": answer_prompt(tokenizer, [{"role": "user", "content": ex.query}]), "kind": "anchor",
               "id": ex.id, "family": None, "gold": ex.gold, "answer_right": None, "query": None, "answer": None,
               "controls": []} for ex in anchors]

@@ -39,7 +39,7 @@ from ..distributed import gathered_if_zero3, map_sharded
 from ..generation import generate
 from ..io import atomic_dir, ensure_writable_dir, write_json
 from ..probe.record import flat_figures
-from ..probe.rules.grounding import CONTROLS, derangement, grounded_in, normalize_turn
+from ..probe.rules.grounding import grounded_in, mismatched_contexts, normalize_turn
 from ..probe.settings import JUDGE_FIELDS, OFFLINE_LABELERS, labeler_for, prefixed
 from ..tasks import gsm8k
 from ..tasks.base import Example
@@ -174,10 +174,10 @@ def mine_pairs(model, tokenizer, examples: list[Example], args: MiningArguments,
         for row in run.rows:
             turns[row["index"]].append(row)
         contexts = [(examples[a["index"]].query, a["answer"]) for a in run.answers]
-        cycles = [derangement(len(contexts), settings.seed + c) for c in range(CONTROLS)] if len(contexts) > 1 else []
+        controls = mismatched_contexts(contexts, settings.seed)
         pairs = [p for a in run.answers for p in followup_pairs(
             examples[a["index"]], a["answer"], turns[a["index"]],
-            [contexts[cycle[a["index"]]] for cycle in cycles if contexts[cycle[a["index"]]] != contexts[a["index"]]],
+            controls[a["index"]],
             args.mine_reference, judged=settings.labeler == "trained")]
         pairs = diverse(pairs, args.mine_max_chosen_share)
         n_anchors = round(args.anchor_ratio * len(pairs))

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from ..chat import answer_prompt, user_turn_prompt
 from ..collab.tasks import FAMILIES
-from ..probe.rules.grounding import CONTROLS, derangement
+from ..probe.rules.grounding import mismatched_contexts
 from ..probe.settings import OFFLINE_LABELERS
 from ..tasks.base import Example
 from .data import check_source, prompt_examples
@@ -119,11 +119,11 @@ def grpo_rows(model, tokenizer, examples: list[Example], args: RLArguments, stat
         if not all(answers):
             raise ValueError("prompt_setting `heldout` needs an answer per prompt; this source has none for some")
     contexts = [(ex.query, answer) for ex, answer in zip(turns, answers)]
-    cycles = [derangement(len(turns), args.prompt_seed + c) for c in range(CONTROLS)]
+    controls = mismatched_contexts(contexts, args.prompt_seed)
     rows = [{"prompt": user_turn_prompt(tokenizer, [*ex.meta.get("history", []), {"role": "user", "content": ex.query},
                                                     {"role": "assistant", "content": answer}]),
              "kind": "user_turn", "id": ex.id, "query": ex.query, "answer": answer, "gold": ex.gold,
-             "controls": [list(contexts[cycle[i]]) for cycle in cycles if contexts[cycle[i]] != contexts[i]]}
+             "controls": [list(c) for c in controls[i]]}
             for i, (ex, answer) in enumerate(zip(turns, answers))]
     rows += [{"prompt": answer_prompt(tokenizer, [*ex.meta.get("history", []), {"role": "user", "content": ex.query}]),
               "kind": "anchor", "id": ex.id, "query": ex.query, "answer": None, "gold": ex.gold, "controls": []}

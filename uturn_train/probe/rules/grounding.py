@@ -232,6 +232,15 @@ def is_grounded(
 CONTROLS = 3
 
 
+def mismatched_contexts(contexts: Sequence, seed: int) -> list[list]:
+    """Per item of `contexts`, the mismatched contexts training grounds it against: its partners in `CONTROLS` seeded
+    derangements, less any equal to its own; none for anyone when there are fewer than 2 items."""
+    if len(contexts) < 2:
+        return [[] for _ in contexts]
+    cycles = [derangement(len(contexts), seed + c) for c in range(CONTROLS)]
+    return [[contexts[cycle[i]] for cycle in cycles if contexts[cycle[i]] != contexts[i]] for i in range(len(contexts))]
+
+
 def grounded_in(query: str, answer: str, turn: str, controls: list[tuple[str, str]],
                 verdict: Verdict | None = None, reacts: bool = True) -> bool:
     """Whether `turn` is a grounded follow-up of (query, answer) against every mismatched context of `controls`;
