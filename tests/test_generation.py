@@ -8,19 +8,8 @@ import torch
 from helpers import tiny
 from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
-from uturn_train.chat import stop_strings, user_turn_prompt
+from uturn_train.chat import stop_strings
 from uturn_train.generation import PLAIN_SAMPLING, finish, generate
-
-
-def conversations(tokenizer, n: int = 7) -> list[str]:
-    """User-turn prompts of clearly different lengths, in no particular length order."""
-    lines = tiny.chat_corpus(2 * n, seed=1)
-    prompts = []
-    for i in range(n):
-        answer = " ".join(lines[2 * i + 1 : 2 * i + 2 + (i * 3) % 5])
-        messages = [{"role": "user", "content": lines[2 * i]}, {"role": "assistant", "content": answer}]
-        prompts.append(user_turn_prompt(tokenizer, messages))
-    return prompts
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -37,7 +26,7 @@ def one_thread():
 def qwen(tiny_qwen_dir):
     model = AutoModelForCausalLM.from_pretrained(tiny_qwen_dir, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(tiny_qwen_dir)
-    return model.eval(), tokenizer, conversations(tokenizer)
+    return model.eval(), tokenizer, tiny.conversations(tokenizer)
 
 
 def per_example(model, tokenizer, prompt, max_new_tokens, end_ids):
@@ -102,7 +91,7 @@ class Forwards:
 def attention_only(tiny_qwen_dir):
     """A tiny Llama (attention layers only) with the Qwen3.5 tokenizer: the engine's one-prompt-at-a-time prefill."""
     tokenizer = AutoTokenizer.from_pretrained(tiny_qwen_dir)
-    return tiny.tiny_llama_lm(tokenizer), tokenizer, conversations(tokenizer)
+    return tiny.tiny_llama_lm(tokenizer), tokenizer, tiny.conversations(tokenizer)
 
 
 @pytest.mark.parametrize("which", ["qwen", "attention_only"])
@@ -183,7 +172,7 @@ def test_llama_template_without_pad_token(tiny_llama_dir):
     model = AutoModelForCausalLM.from_pretrained(tiny_llama_dir, dtype=torch.float32).eval()
     tokenizer = AutoTokenizer.from_pretrained(tiny_llama_dir)
     assert tokenizer.pad_token is None  # padding falls back to eos
-    prompts = conversations(tokenizer, n=4)
+    prompts = tiny.conversations(tokenizer, n=4)
     batched = generate(model, tokenizer, prompts, max_new_tokens=10, batch_size=4, disable_progress=True)
     single = [generate(model, tokenizer, [p], max_new_tokens=10, disable_progress=True)[0] for p in prompts]
     assert batched == single

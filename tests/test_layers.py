@@ -13,7 +13,7 @@ PACKAGE = ROOT / "uturn_train"
 # folders: users of the core, which takes paths; the commands (and `cli.py`, the package's `__init__`) are on top.
 LAYERS = [
     {"io", "stats", "tracking", "tasks", "_moved"},
-    {"models", "chat", "generation", "distributed", "server"},
+    {"models", "chat", "generation", "shared_prefix", "distributed", "server"},
     {"probe"},
     {"collab"},
     {"training"},

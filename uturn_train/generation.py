@@ -3,8 +3,9 @@
 The probe's cost is sampled user turns: k continuations of one long prompt (the query and the answer). Transformers'
 `generate(num_return_sequences=k)` repeats every prompt k times before the prefill, pads the prompts of a batch to the
 longest, concatenates the cache at every step and runs a batch until its longest row ends. Here each prompt is computed
-once (alone, unpadded, for models of attention layers only) and its cache expanded k ways (`Cache.reorder_cache`,
-which covers Gated DeltaNet's states too), the cache is preallocated, and rows that have ended leave the batch.
+once (alone, unpadded, for models of attention layers only) and its k rows read its keys and values where they are
+(`shared_prefix`; Gated DeltaNet's states, which are small, are expanded k ways), the cache is preallocated, and rows
+that have ended leave the batch.
 Transformers' continuous batching (`generate_batch`) would drop finished rows, but its paged cache has no layer type for
 linear attention (Qwen3.5), its scheduler thread makes sampling unreproducible, and on SmolLM2 on a CPU it ran 2x
 slower than `generate`, 3x slower than this engine (`tests/benchmarks/bench_probe.py --continuous_batching`).
@@ -19,9 +20,10 @@ from dataclasses import dataclass
 import torch
 from tqdm.auto import tqdm
 from transformers import DynamicCache
-from transformers.cache_utils import DynamicLayer
+from transformers.cache_utils import DynamicLayer, LinearAttentionLayer
 
 from .chat import stop_strings
+from .shared_prefix import SharedPrefixLayer, shared_attention
 
 # What an OpenAI-compatible server is asked for (`server.py`), so that it decodes as this engine does: checkpoints ship
 # sampling defaults in `generation_config.json` (Qwen3: temperature=0.6, top_k=20, top_p=0.95) that would apply.
@@ -166,10 +168,27 @@ def _prefill(model, prompts: list[list[int]], cache: DynamicCache, pad_id: int, 
     return torch.stack(logits), attention_mask, attention_mask.sum(-1) - 1
 
 
+def _share_prompts(cache: DynamicCache, attention_mask: torch.Tensor, k: int, capacity: int) -> bool:
+    """Turn a prefilled cache of `len(attention_mask)` prompts into one of `k` rows per prompt: full-attention layers
+    become [`~uturn_train.shared_prefix.SharedPrefixLayer`]s over the prompts as they are (not copied k times),
+    Gated DeltaNet's states are expanded k ways. False, changing nothing, for any other layer (sliding window)."""
+    attention = [isinstance(layer, _PreallocatedLayer) for layer in cache.layers]
+    linear = [type(layer) is LinearAttentionLayer for layer in cache.layers]
+    if not any(attention) or not all(a or b for a, b in zip(attention, linear)):
+        return False
+    owner = torch.arange(len(attention_mask), device=attention_mask.device).repeat_interleave(k)
+    for i, layer in enumerate(cache.layers):
+        if attention[i]:
+            cache.layers[i] = SharedPrefixLayer(layer.keys, layer.values, attention_mask.bool(), owner, capacity)
+        else:
+            layer.reorder_cache(owner)
+    return True
+
+
 def _sample(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     """One token per row from softmax(logits / temperature), by inverse CDF: one uniform draw per row (a
-    multinomial draws one per vocabulary entry, 20% of a SmolLM2 step at 128 rows)."""
-    cdf = torch.softmax(logits / temperature, dim=-1).cumsum_(-1)
+    multinomial draws one per vocabulary entry, 20% of a SmolLM2 step at 128 rows). Divides `logits` in place."""
+    cdf = torch.softmax(logits.div_(temperature) if temperature != 1 else logits, dim=-1).cumsum_(-1)
     u = torch.rand((len(cdf), 1), device=cdf.device) * cdf[:, -1:]
     return torch.searchsorted(cdf, u, right=True).clamp_(max=cdf.shape[-1] - 1).squeeze(1)
 
@@ -214,17 +233,30 @@ def _any_process(flag: bool, device) -> bool:
 def _decode(model, prompts: list[list[int]], k: int, temperature: float, max_new_tokens: int, end_ids: set[int],
             string_stop, pad_id: int, device) -> _Rows:
     """Decode `k` continuations of every prompt; rows `i * k ... i * k + k - 1` are prompt `i`'s. Each prompt is
-    computed once and its cache expanded k ways; a row leaves the batch once it ended (its end token, a stop string or
-    `max_new_tokens`), the batch being compacted when a quarter of it has ended (compacting copies the cache)."""
-    n = len(prompts) * k
-    rows = _Rows(n, max_new_tokens)
+    computed once; its k rows share its keys and values (`shared_prefix`) where the model's layers allow, else its cache
+    is expanded k ways. A row leaves the batch once it ended (its end token, a stop string or `max_new_tokens`), the
+    batch being compacted when a quarter of it has ended (compacting copies the rows' cache)."""
     cache = preallocated_cache(model, max(map(len, prompts)) + max_new_tokens)
     logits, attention_mask, position = _prefill(model, prompts, cache, pad_id, device)
-    if k > 1:
-        expand = torch.arange(len(prompts), device=device).repeat_interleave(k)
-        cache.reorder_cache(expand)
-        logits, attention_mask, position = logits[expand], attention_mask[expand], position[expand]
-    live = list(range(n))  # the batch's row of each cache row
+    if k == 1:
+        return _steps(model, cache, logits, attention_mask, position, temperature, max_new_tokens, end_ids,
+                      string_stop, device, {})
+    expand = torch.arange(len(prompts), device=device).repeat_interleave(k)
+    logits, attention_mask_rows, position = logits[expand], attention_mask[expand], position[expand]
+    with shared_attention(model) as switched:
+        if switched and _share_prompts(cache, attention_mask, k, max_new_tokens):
+            return _steps(model, cache, logits, attention_mask_rows, position, temperature, max_new_tokens, end_ids,
+                          string_stop, device, {"uturn_cache": cache})
+    cache.reorder_cache(expand)
+    return _steps(model, cache, logits, attention_mask_rows, position, temperature, max_new_tokens, end_ids,
+                  string_stop, device, {})
+
+
+def _steps(model, cache, logits, attention_mask, position, temperature, max_new_tokens, end_ids, string_stop, device,
+           forward_kwargs: dict) -> _Rows:
+    """The decode steps from the prefill's (expanded) logits until every row has ended."""
+    rows = _Rows(len(logits), max_new_tokens)
+    live = list(range(len(logits)))  # the batch's row of each cache row
     lockstep = _zero3_processes()
     while True:
         chosen = _sample(logits, temperature) if temperature > 0 else logits.argmax(-1)
@@ -244,7 +276,7 @@ def _decode(model, prompts: list[list[int]], k: int, temperature: float, max_new
         attention_mask = torch.cat([attention_mask, attention_mask.new_ones((len(live), 1))], dim=1)
         position = position + 1
         out = model(input_ids=chosen[:, None], attention_mask=attention_mask, position_ids=position[:, None],
-                    cache=cache, use_cache=True, logits_to_keep=1)
+                    cache=cache, use_cache=True, logits_to_keep=1, **forward_kwargs)
         logits = out.logits[:, -1, :].float()
 
 

@@ -8,10 +8,11 @@
 `--model` is anything `uturn probe --model` takes (default: the built testbed). The problems are the testbed's held-out
 ones for the testbed, else GSM8K's test set from `../shared/data` (or `--data`). Three phases, as the probe runs them in
 its self setting: the **answers** (greedy), the **greedy user turns** after them, and **T=1.0 x k** user turns
-(`--samples`). Each phase runs on three sides, in this order:
+(`--samples`). Each phase runs on these sides, in this order:
 
-- **engine**: `uturn_train.generation.generate` (each prompt computed once, its cache expanded k ways; rows that end
-  leave the batch);
+- **engine**: `uturn_train.generation.generate` (each prompt computed once, its k rows reading its keys and values
+  where they are, `uturn_train.shared_prefix`; rows that end leave the batch);
+- **copied** (sampled phase only): the engine with the prompt's cache copied k ways instead, as it was before;
 - **generate**: the engine as it was, one batched `model.generate(num_return_sequences=k)` per batch of prompts;
 - **per-example**: one unpadded `model.generate` per prompt (`num_return_sequences=k` when sampling), `--per_example`
   phases only (slow on a real model).
@@ -21,12 +22,13 @@ achieved rate as a share of a 2048 x 2048 fp32 matmul timed in the same run on t
 timings, one at the start and one at the end; rate = 2 x parameters x useful tokens / seconds). Outputs are checked:
 greedy token ids identical across the three sides, the engine's samples reproducible for the seed (they are other draws
 than `generate`'s, which spends a random number per vocabulary entry); the script exits non-zero otherwise. Also
-printed: the bound a decode step meets at the batch's row count, the rate of a `[rows, hidden] x [hidden, 4 hidden]` and
-of the LM head's matmul on this machine, as shares of the 2048 x 2048 one. `--continuous_batching` also times
-transformers' `generate_batch` on the greedy user turns (Llama-type models only: its paged cache has no linear-attention
-layer type, so Qwen3.5 raises). Targets (issue 39, SmolLM2): T=1.0 x 4 in at most a third of `generate`'s time, every
-engine phase at 45% or more of the matmul rate; on the testbed, greedy user turns at least 9.6x per-example's rate. CPU
-capability and threads are printed with the figures.
+printed: the bound a decode step meets at the batch's row count, as shares of the 2048 x 2048 matmul: the rate of a
+`[rows, hidden] x [hidden, 4 hidden]` matmul and of the LM head's with their weights in cache, and the rate of every
+linear layer of the model in turn, as a decode step runs them, its weights read from memory. `--continuous_batching`
+also times transformers' `generate_batch` on the greedy user turns (Llama-type models only: its paged cache has no
+linear-attention layer type, so Qwen3.5 raises). Targets (issue 39, SmolLM2): T=1.0 x 4 in at most a third of
+`generate`'s time, every engine phase at 45% or more of the matmul rate; on the testbed, greedy user turns at least 9.6x
+per-example's rate. CPU capability and threads are printed with the figures.
 """
 
 import argparse
@@ -40,6 +42,7 @@ import torch
 sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parents[2])]
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from uturn_train import generation  # noqa: E402
 from uturn_train.chat import answer_prompt, stop_strings, user_turn_prompt  # noqa: E402
 from uturn_train.generation import PLAIN_DECODING, PLAIN_SAMPLING, finish, generate  # noqa: E402
 
@@ -65,6 +68,21 @@ def row_gflops(model, rows: int, head: bool = False, repeats: int = 20) -> float
     for _ in range(repeats):
         torch.nn.functional.linear(x, weight)
     return 2 * rows * weight.numel() * repeats / (time.perf_counter() - start) / 1e9
+
+
+def decode_matmuls_gflops(model, rows: int, repeats: int = 3) -> float:
+    """The rate of a decode step's matmuls at `rows` rows: every linear layer's weight (and the LM head's) in turn,
+    read from memory as a decode step reads them (135M parameters are 540 MB, far over the caches)."""
+    weights = [m.weight for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    flops = 2 * rows * sum(w.numel() for w in weights)
+    x = {w.shape[1]: torch.randn(rows, w.shape[1]) for w in weights}
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for w in weights:
+            torch.nn.functional.linear(x[w.shape[1]], w)
+        best = min(best, time.perf_counter() - start)
+    return flops / best / 1e9
 
 
 def model_and_problems(name: str | None, data: str | None, n: int):
@@ -179,13 +197,19 @@ def main():
     def phase(name, prompts, max_new_tokens, temperature, k):
         lengths = [len(tokenizer(p, add_special_tokens=False).input_ids) for p in prompts]
         sides = {}
-        for side in ("engine", "generate", "per-example"):
-            if side == "per-example" and name not in args.per_example:
+        for side in ("engine", "copied", "generate", "per-example"):
+            if side == "per-example" and name not in args.per_example or side == "copied" and k == 1:
                 continue
             start = time.perf_counter()
-            if side == "engine":
-                out = generate(model, tokenizer, prompts, max_new_tokens=max_new_tokens, temperature=temperature,
-                               num_samples=k, batch_size=args.batch_size, seed=args.seed, desc=f"{name} engine")
+            if side in ("engine", "copied"):
+                share = generation._share_prompts
+                if side == "copied":  # the engine as it was: the prompt's cache copied k ways
+                    generation._share_prompts = lambda *a: False
+                try:
+                    out = generate(model, tokenizer, prompts, max_new_tokens=max_new_tokens, temperature=temperature,
+                                   num_samples=k, batch_size=args.batch_size, seed=args.seed, desc=f"{name} {side}")
+                finally:
+                    generation._share_prompts = share
             elif side == "generate":
                 out = base.batched(prompts, max_new_tokens, temperature, k, args.batch_size, args.seed)
             else:
@@ -229,6 +253,8 @@ def main():
     times = {(n, s): t for n, s, t, *_ in rows}
     share = {(n, s): g / peak for n, s, *_, g in rows}
     print(f"\nmatmul {peak:.0f} GFLOP/s (best of two, same threads)")
+    print(f"T=1 x{args.samples}: the prompt shared {times['T=1', 'engine']:.1f} s against copied k ways "
+          f"{times['T=1', 'copied']:.1f} s: {times['T=1', 'engine'] / times['T=1', 'copied']:.2f} of its time")
     print(f"T=1 x{args.samples}: engine {times['T=1', 'engine']:.1f} s against generate's "
           f"{times['T=1', 'generate']:.1f} s: {times['T=1', 'engine'] / times['T=1', 'generate']:.2f} of its time")
     if ("greedy", "per-example") in times:
@@ -236,8 +262,11 @@ def main():
               "per-example")
     print("engine phases at: " + ", ".join(f"{n} {share[n, 'engine']:.0%}" for n in ("answers", "greedy", "T=1")) +
           " of the matmul rate (useful tokens)")
-    print(f"bound at {args.batch_size} rows: a decode step's matmuls {row_gflops(model, args.batch_size) / peak:.0%}, "
-          f"the LM head's {row_gflops(model, args.batch_size, head=True) / peak:.0%} of the matmul rate")
+    rows = args.batch_size
+    print(f"bound at {rows} rows: a decode step's matmuls {row_gflops(model, rows) / peak:.0%}, the LM head's "
+          f"{row_gflops(model, rows, head=True) / peak:.0%} of the matmul rate, weights in cache; every layer in "
+          f"turn, weights read from memory: {decode_matmuls_gflops(model, rows) / peak:.0%} "
+          f"({decode_matmuls_gflops(model, 4 * rows) / peak:.0%} at {4 * rows} rows)")
     print("outputs: " + ("greedy identical on every side, samples reproducible" if not failures else
                          "; ".join(failures)))
     if failures:

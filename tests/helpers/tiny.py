@@ -20,6 +20,8 @@ from transformers import (
 )
 from transformers.models.qwen3_5.tokenization_qwen3_5 import PRETOKENIZE_REGEX
 
+from uturn_train.chat import user_turn_prompt
+
 # The real templates TRL ships (qwen3_5_*, llama3, gemma, ...), found without importing trl.
 CHAT_TEMPLATES = Path(importlib.util.find_spec("trl").origin).parent / "chat_templates"
 QWEN_SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -216,3 +218,14 @@ def save(model, tokenizer, path) -> Path:
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return Path(path)
+
+
+def conversations(tokenizer, n: int = 7) -> list[str]:
+    """User-turn prompts of clearly different lengths, in no particular length order."""
+    lines = chat_corpus(2 * n, seed=1)
+    prompts = []
+    for i in range(n):
+        answer = " ".join(lines[2 * i + 1 : 2 * i + 2 + (i * 3) % 5])
+        messages = [{"role": "user", "content": lines[2 * i]}, {"role": "assistant", "content": answer}]
+        prompts.append(user_turn_prompt(tokenizer, messages))
+    return prompts

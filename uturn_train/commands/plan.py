@@ -19,7 +19,8 @@ read them. LoRA runs only. What is counted, per device (GiB):
 - **generation**: the largest `generate` call: the probe's (`probe_batch_size` prompts x `probe_samples` sampled
   turns, after an answer), mining's (DPO without pairs) or GRPO's rollouts (with `objective: collab`, the last turn
   of a conversation of `collab_max_turns` policy turns and the partner's between them); its cache (full-attention keys
-  and values, Gated DeltaNet's recurrent and convolution states), the prefill's MLP over every prompt token at once,
+  and values, each prompt's once and every sampled row's own tokens, as the engine shares a prompt among its rows;
+  Gated DeltaNet's recurrent and convolution states per row), the prefill's MLP over every prompt token at once,
   and under ZeRO-3 the whole model gathered on every device (or its largest module, when generating layer by layer:
   `probe_ds3_gather` / `ds3_gather_for_generation` false, the latter also for the answers GRPO writes before
   training; mining always gathers).
@@ -161,12 +162,15 @@ def defaults(recipe: str) -> dict:
     return out
 
 
-def _generation(model: Shape, w: int, rows: int, prompt: int, new: int, gathered: float) -> float:
-    """One `generate` call: the gathered weights, the cache of `rows` sequences, the prefill's MLP (every prompt token
-    of every row at once: gate, up, activation) and the last token's fp32 logits."""
-    n_full = model.layer_kinds.count("full_attention")
-    cache = rows * (n_full * model.kv_width * (prompt + new) * w + (model.layers - n_full) * model.state_elems * 4)
-    return gathered + cache + rows * prompt * 3 * model.intermediate * w + rows * model.vocab * 4
+def _generation(model: Shape, w: int, prompts: int, k: int, prompt: int, new: int, gathered: float) -> float:
+    """One `generate` call of `k` rows for each of `prompts` prompts: the gathered weights, the cache (a prompt's keys
+    and values once, in a buffer as wide as prompt and turn; with k > 1 each row's own tokens apart,
+    `uturn_train.shared_prefix`; recurrent states per row), the prefill's MLP (every prompt token at once: gate, up,
+    activation) and every row's last-token fp32 logits."""
+    n_full, rows = model.layer_kinds.count("full_attention"), prompts * k
+    tokens = prompts * (prompt + new) + (rows * new if k > 1 else 0)
+    cache = n_full * model.kv_width * tokens * w + rows * (model.layers - n_full) * model.state_elems * 4
+    return gathered + cache + prompts * prompt * 3 * model.intermediate * w + rows * model.vocab * 4
 
 
 def plan(values: dict, gpus: int, strategy: str, model: Shape) -> dict:
@@ -219,17 +223,19 @@ def plan(values: dict, gpus: int, strategy: str, model: Shape) -> dict:
     def sampled(samples: int, temperatures) -> int:  # rows per prompt: num_return_sequences when sampling
         return max(1, samples) if any(t > 0 for t in temperatures or [0.0]) else 1
 
-    probe_rows = values["probe_batch_size"] * sampled(values["probe_samples"], values["probe_temperatures"])
-    phases = {"probe": _generation(model, w, probe_rows, prompt + values["probe_answer_max_new_tokens"],
-                                   values["probe_max_new_tokens"], gathered(values["probe_ds3_gather"]))}
+    phases = {"probe": _generation(model, w, values["probe_batch_size"],
+                                   sampled(values["probe_samples"], values["probe_temperatures"]),
+                                   prompt + values["probe_answer_max_new_tokens"], values["probe_max_new_tokens"],
+                                   gathered(values["probe_ds3_gather"]))}
     if recipe == "dpo" and not values.get("dataset_name"):  # mining gathers the whole model under ZeRO-3
-        mine_rows = values["mine_batch_size"] * sampled(values["mine_samples"], values["mine_temperatures"])
-        phases["mining"] = _generation(model, w, mine_rows, prompt + values["mine_answer_max_new_tokens"],
-                                       values["mine_max_new_tokens"], gathered(True))
+        phases["mining"] = _generation(model, w, values["mine_batch_size"],
+                                       sampled(values["mine_samples"], values["mine_temperatures"]),
+                                       prompt + values["mine_answer_max_new_tokens"], values["mine_max_new_tokens"],
+                                       gathered(True))
     if recipe == "grpo":
         per_step = values["steps_per_generation"] or values["gradient_accumulation_steps"]
         # The last turn of a conversation is generated after all the others: the longest cache.
-        phases["rollouts"] = _generation(model, w, batch * per_step, seq - values["max_completion_length"],
+        phases["rollouts"] = _generation(model, w, batch * per_step, 1, seq - values["max_completion_length"],
                                          values["max_completion_length"], gathered(values["ds3_gather_for_generation"]))
     parts = {
         "weights": model.params * w / shard,
