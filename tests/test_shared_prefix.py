@@ -15,17 +15,19 @@ from uturn_train.shared_prefix import NAME, SharedPrefixLayer, shared_prefix_att
 
 def _expanded_sdpa(query, layer: SharedPrefixLayer, key, value, groups):
     """Reference: each row's prompt copied out (as `generate(num_return_sequences=k)` holds it), then sdpa."""
-    keys = torch.cat([layer.prefix_keys_t.transpose(-1, -2)[layer.owner], key], dim=2)
-    values = torch.cat([layer.prefix_values[layer.owner], value], dim=2)
+    keys = torch.cat([layer.prefix_keys_t.transpose(-1, -2)[layer.owner].float(), key], dim=2)
+    values = torch.cat([layer.prefix_values[layer.owner].float(), value], dim=2)
     mask = torch.cat([layer.prefix_mask[layer.owner], torch.ones(len(key), key.shape[2], dtype=torch.bool)], dim=1)
     keys, values = keys.repeat_interleave(groups, 1), values.repeat_interleave(groups, 1)
     return F.scaled_dot_product_attention(query, keys, values, attn_mask=mask[:, None, None, :]).transpose(1, 2)
 
 
-def test_attention_equals_sdpa_over_the_expanded_prompt_as_rows_leave():
+@pytest.mark.parametrize("dtype, tolerance", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
+def test_attention_equals_sdpa_over_the_expanded_prompt_as_rows_leave(dtype, tolerance):
     torch.manual_seed(0)
     prompts, k, kv_heads, groups, dim, width = 5, 3, 2, 3, 16, 11
-    keys, values = torch.randn(prompts, kv_heads, width, dim), torch.randn(prompts, kv_heads, width, dim)
+    keys, values = torch.randn(prompts, kv_heads, width, dim, dtype=dtype), torch.randn(prompts, kv_heads, width, dim,
+                                                                                       dtype=dtype)
     mask = torch.ones(prompts, width, dtype=torch.bool)
     for p in range(prompts):
         mask[p, : 2 * p] = False  # left padding of every length, none to 8 of 11
@@ -36,12 +38,14 @@ def test_attention_equals_sdpa_over_the_expanded_prompt_as_rows_leave():
         if keep is not None:
             layer.reorder_cache(torch.tensor(keep))
         rows = len(layer.owner)
-        key, value = layer.update(torch.randn(rows, kv_heads, 1, dim), torch.randn(rows, kv_heads, 1, dim))
-        query = torch.randn(rows, kv_heads * groups, 1, dim)
+        key, value = layer.update(torch.randn(rows, kv_heads, 1, dim, dtype=dtype),
+                                  torch.randn(rows, kv_heads, 1, dim, dtype=dtype))
+        query = torch.randn(rows, kv_heads * groups, 1, dim, dtype=dtype)
         ours, _ = shared_prefix_attention(module, query, key, value, None, scaling=dim**-0.5, uturn_cache=cache)
-        reference = _expanded_sdpa(query, layer, key, value, groups)
-        assert ours.shape == (rows, 1, kv_heads * groups, dim)
-        torch.testing.assert_close(ours, reference, atol=1e-5, rtol=1e-5, msg=f"step {step}")
+        # The reference in fp32 from the same (rounded) inputs: half precision only rounds our matmuls' results.
+        reference = _expanded_sdpa(query.float(), layer, key.float(), value.float(), groups)
+        assert ours.shape == (rows, 1, kv_heads * groups, dim) and ours.dtype == dtype
+        torch.testing.assert_close(ours.float(), reference, atol=tolerance, rtol=tolerance, msg=f"step {step}")
     assert layer.owner.tolist() == [0, 0, 1, 2, 2, 2, 3, 3] and len(layer.prefix_keys_t) == 4  # prompt 3 dropped
 
 

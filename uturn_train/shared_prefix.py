@@ -90,30 +90,32 @@ def shared_prefix_attention(module, query, key, value, attention_mask, scaling=N
     kv_heads = key.shape[1]
     groups = heads // kv_heads  # query head h reads key head h // groups (as `repeat_kv`)
     scale = dim**-0.5 if scaling is None else scaling
-    q = query.reshape(rows, kv_heads, groups, dim)
+    q, dtype = query.reshape(rows, kv_heads, groups, dim), value.dtype
+    # Softmax statistics in fp32, matmuls in the model's dtype (as transformers' eager attention); no-ops in fp32.
 
     # The prompt part: each prompt's rows' queries together, [prompts, kv_heads, slots * groups, dim].
     prompts = len(layer.prefix_keys_t)
     grouped = q.new_zeros((prompts, layer.slots, kv_heads, groups, dim))
     grouped[layer.owner, layer.slot] = q
     grouped = grouped.permute(0, 2, 1, 3, 4).reshape(prompts, kv_heads, layer.slots * groups, dim)
-    scores = torch.matmul(grouped, layer.prefix_keys_t).mul_(scale)
+    scores = torch.matmul(grouped, layer.prefix_keys_t).float().mul_(scale)
     scores.masked_fill_(~layer.prefix_mask[:, None, None, :], float("-inf"))
     prompt_max = scores.amax(-1, keepdim=True)
     weights = scores.sub_(prompt_max).exp_()
     prompt_sum = weights.sum(-1, keepdim=True)
-    prompt_out = torch.cat([torch.matmul(weights, layer.prefix_values), prompt_max, prompt_sum], dim=-1)
+    prompt_out = torch.matmul(weights.to(dtype), layer.prefix_values).float()
+    prompt_out = torch.cat([prompt_out, prompt_max, prompt_sum], dim=-1)
     prompt_out = prompt_out.view(prompts, kv_heads, layer.slots, groups, dim + 2).permute(0, 2, 1, 3, 4)
     prompt_out = prompt_out[layer.owner, layer.slot]  # back to rows: [rows, kv_heads, groups, dim + 2]
     prompt_out, prompt_max, prompt_sum = prompt_out.split([dim, 1, 1], dim=-1)
 
     # The rows' own tokens (all attended: they follow the prompt), then both parts merged.
-    scores = torch.matmul(q, key.transpose(-1, -2)).mul_(scale)
+    scores = torch.matmul(q, key.transpose(-1, -2)).float().mul_(scale)
     top = torch.maximum(scores.amax(-1, keepdim=True), prompt_max)
     weights = scores.sub_(top).exp_()
     carry = (prompt_max - top).exp_()
-    out = torch.matmul(weights, value).addcmul_(prompt_out, carry)
-    out.div_(weights.sum(-1, keepdim=True).addcmul_(prompt_sum, carry))
+    out = torch.matmul(weights.to(dtype), value).float().addcmul_(prompt_out, carry)
+    out = out.div_(weights.sum(-1, keepdim=True).addcmul_(prompt_sum, carry)).to(dtype)
     return out.reshape(rows, heads, 1, dim).transpose(1, 2), None  # [rows, 1, heads, dim], as sdpa returns
 
 
