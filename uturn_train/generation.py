@@ -23,7 +23,7 @@ from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer, LinearAttentionLayer
 
 from .chat import stop_strings
-from .shared_prefix import SharedPrefixLayer, shared_attention
+from .shared_prefix import Owners, SharedPrefixLayer, check_attended, shared_attention
 
 # What an OpenAI-compatible server is asked for (`server.py`), so that it decodes as this engine does: checkpoints ship
 # sampling defaults in `generation_config.json` (Qwen3: temperature=0.6, top_k=20, top_p=0.95) that would apply.
@@ -177,9 +177,10 @@ def _share_prompts(cache: DynamicCache, attention_mask: torch.Tensor, k: int, ca
     if not any(attention) or not all(a or b for a, b in zip(attention, linear)):
         return False
     owner = torch.arange(len(attention_mask), device=attention_mask.device).repeat_interleave(k)
+    owners = Owners(owner)
     for i, layer in enumerate(cache.layers):
         if attention[i]:
-            cache.layers[i] = SharedPrefixLayer(layer.keys, layer.values, attention_mask.bool(), owner, capacity)
+            cache.layers[i] = SharedPrefixLayer(layer.keys, layer.values, attention_mask.bool(), owners, capacity)
         else:
             layer.reorder_cache(owner)
     return True
@@ -245,8 +246,10 @@ def _decode(model, prompts: list[list[int]], k: int, temperature: float, max_new
     logits, attention_mask_rows, position = logits[expand], attention_mask[expand], position[expand]
     with shared_attention(model) as switched:
         if switched and _share_prompts(cache, attention_mask, k, max_new_tokens):
-            return _steps(model, cache, logits, attention_mask_rows, position, temperature, max_new_tokens, end_ids,
+            rows = _steps(model, cache, logits, attention_mask_rows, position, temperature, max_new_tokens, end_ids,
                           string_stop, device, {"uturn_cache": cache})
+            check_attended(cache)
+            return rows
     cache.reorder_cache(expand)
     return _steps(model, cache, logits, attention_mask_rows, position, temperature, max_new_tokens, end_ids,
                   string_stop, device, {})

@@ -75,7 +75,7 @@ def decode_matmuls_gflops(model, rows: int, repeats: int = 3) -> float:
     read from memory as a decode step reads them (135M parameters are 540 MB, far over the caches)."""
     weights = [m.weight for m in model.modules() if isinstance(m, torch.nn.Linear)]
     flops = 2 * rows * sum(w.numel() for w in weights)
-    x = {w.shape[1]: torch.randn(rows, w.shape[1]) for w in weights}
+    x = {w.shape[1]: torch.randn(rows, w.shape[1], dtype=w.dtype, device=w.device) for w in weights}
     best = float("inf")
     for _ in range(repeats):
         start = time.perf_counter()
@@ -253,8 +253,9 @@ def main():
     times = {(n, s): t for n, s, t, *_ in rows}
     share = {(n, s): g / peak for n, s, *_, g in rows}
     print(f"\nmatmul {peak:.0f} GFLOP/s (best of two, same threads)")
-    print(f"T=1 x{args.samples}: the prompt shared {times['T=1', 'engine']:.1f} s against copied k ways "
-          f"{times['T=1', 'copied']:.1f} s: {times['T=1', 'engine'] / times['T=1', 'copied']:.2f} of its time")
+    if ("T=1", "copied") in times:  # not with --samples 1
+        print(f"T=1 x{args.samples}: the prompt shared {times['T=1', 'engine']:.1f} s against copied k ways "
+              f"{times['T=1', 'copied']:.1f} s: {times['T=1', 'engine'] / times['T=1', 'copied']:.2f} of its time")
     print(f"T=1 x{args.samples}: engine {times['T=1', 'engine']:.1f} s against generate's "
           f"{times['T=1', 'generate']:.1f} s: {times['T=1', 'engine'] / times['T=1', 'generate']:.2f} of its time")
     if ("greedy", "per-example") in times:

@@ -1,5 +1,6 @@
 """`uturn plan`: per-device memory of a recipe YAML, from the model's shape (meta device) and the YAML's knobs."""
 
+import dataclasses
 
 import pytest
 from helpers import ROOT
@@ -59,6 +60,19 @@ def test_components_follow_the_knobs(q2b):
         base["activations"] + base["logits"], base["generation"]))
 
 
+def test_a_model_with_sliding_windows_is_planned_with_the_prompt_copied_per_row(q2b):
+    # The engine shares a prompt only over full and linear attention layers; otherwise it copies it k ways.
+    kinds = list(q2b.layer_kinds)
+    kinds[kinds.index("linear_attention")] = "sliding_attention"
+    sliding = dataclasses.replace(q2b, layer_kinds=kinds)
+    shared, copied = (plan(values(probe_samples=4), 1, "single", m)["generation"] for m in (q2b, sliding))
+    prompt = values()["prompt_tokens"] + defaults("dpo")["probe_answer_max_new_tokens"]
+    prompts, full = values()["probe_batch_size"], q2b.layer_kinds.count("full_attention")
+    new = defaults("dpo")["probe_max_new_tokens"]
+    # Copied: 4 rows of prompt and turn per prompt; shared: one prompt-and-turn buffer and 4 turns.
+    assert copied - shared == pytest.approx(full * q2b.kv_width * 2 * prompts * (3 * prompt - new))
+
+
 def test_generation_counts_every_row_of_a_call(q2b):
     """The probe samples `probe_samples` turns per prompt in one call, the rows sharing their prompt's keys and values
     (`shared_prefix`): each row adds its own turn's cache, states and logits, not the prompt's; GRPO generates a
@@ -68,10 +82,11 @@ def test_generation_counts_every_row_of_a_call(q2b):
     greedy = plan(values(probe_samples=4, probe_temperatures=[0.0]), 1, "single", q2b)
     assert greedy["generation"] == one["generation"]
     new, full = defaults("dpo")["probe_max_new_tokens"], q2b.layer_kinds.count("full_attention")
-    # 64 x 4 rows' own turns (bf16 keys and values), 3 more rows of states and logits per prompt; the prompts' cache
-    # is the same.
-    row = (q2b.layers - full) * q2b.state_elems * 4 + q2b.vocab * 4
-    extra = 64 * 4 * full * q2b.kv_width * new * 2 + 64 * 3 * row
+    prompts = values()["probe_batch_size"]
+    # 4 rows' own turns per prompt (bf16 keys and values), 3 more rows of states and logits per prompt (bf16, fp32 and
+    # the softmax's fp32 for all 4); the prompts' cache is the same.
+    extra = (prompts * 4 * full * q2b.kv_width * new * 2 + prompts * 3 * (q2b.layers - full) * q2b.state_elems * 4
+             + prompts * q2b.vocab * (4 * 10 - 6))
     assert four["generation"] - one["generation"] == pytest.approx(extra)
     assert four["generation"] < 4 * one["generation"]  # copied 4 ways, it was 4x
     grpo = values(recipe="grpo", per_device_train_batch_size=16, max_completion_length=512,

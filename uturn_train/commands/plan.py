@@ -165,12 +165,15 @@ def defaults(recipe: str) -> dict:
 def _generation(model: Shape, w: int, prompts: int, k: int, prompt: int, new: int, gathered: float) -> float:
     """One `generate` call of `k` rows for each of `prompts` prompts: the gathered weights, the cache (a prompt's keys
     and values once, in a buffer as wide as prompt and turn; with k > 1 each row's own tokens apart,
-    `uturn_train.shared_prefix`; recurrent states per row), the prefill's MLP (every prompt token at once: gate, up,
-    activation) and every row's last-token fp32 logits."""
+    `uturn_train.shared_prefix`, or, for a model with other layer kinds (sliding windows), the prompt copied per row as
+    the engine then does; recurrent states per row), the prefill's MLP (every prompt token at once: gate, up,
+    activation) and every row's last-token logits (in the model's dtype, in fp32, and sampling's softmax)."""
     n_full, rows = model.layer_kinds.count("full_attention"), prompts * k
-    tokens = prompts * (prompt + new) + (rows * new if k > 1 else 0)
+    shared = set(model.layer_kinds) <= {"full_attention", "linear_attention"}
+    tokens = prompts * (prompt + new) + rows * new if k > 1 and shared else rows * (prompt + new)
     cache = n_full * model.kv_width * tokens * w + rows * (model.layers - n_full) * model.state_elems * 4
-    return gathered + cache + prompts * prompt * 3 * model.intermediate * w + rows * model.vocab * 4
+    logits = rows * model.vocab * (w + 4 + (4 if k > 1 else 0))
+    return gathered + cache + prompts * prompt * 3 * model.intermediate * w + logits
 
 
 def plan(values: dict, gpus: int, strategy: str, model: Shape) -> dict:
