@@ -239,20 +239,20 @@ def _decode(model, prompts: list[list[int]], k: int, temperature: float, max_new
     batch being compacted when a quarter of it has ended (compacting copies the rows' cache)."""
     cache = preallocated_cache(model, max(map(len, prompts)) + max_new_tokens)
     logits, attention_mask, position = _prefill(model, prompts, cache, pad_id, device)
-    if k == 1:
-        return _steps(model, cache, logits, attention_mask, position, temperature, max_new_tokens, end_ids,
-                      string_stop, device, {})
     expand = torch.arange(len(prompts), device=device).repeat_interleave(k)
-    logits, attention_mask_rows, position = logits[expand], attention_mask[expand], position[expand]
-    with shared_attention(model) as switched:
-        if switched and _share_prompts(cache, attention_mask, k, max_new_tokens):
-            rows = _steps(model, cache, logits, attention_mask_rows, position, temperature, max_new_tokens, end_ids,
-                          string_stop, device, {"uturn_cache": cache})
-            check_attended(cache)
-            return rows
-    cache.reorder_cache(expand)
-    return _steps(model, cache, logits, attention_mask_rows, position, temperature, max_new_tokens, end_ids,
-                  string_stop, device, {})
+
+    def steps(forward_kwargs: dict) -> _Rows:
+        return _steps(model, cache, logits[expand], attention_mask[expand], position[expand], temperature,
+                      max_new_tokens, end_ids, string_stop, device, forward_kwargs)
+
+    if k > 1:
+        with shared_attention(model) as switched:
+            if switched and _share_prompts(cache, attention_mask, k, max_new_tokens):
+                rows = steps({"uturn_cache": cache})
+                check_attended(cache)
+                return rows
+        cache.reorder_cache(expand)
+    return steps({})
 
 
 def _steps(model, cache, logits, attention_mask, position, temperature, max_new_tokens, end_ids, string_stop, device,
