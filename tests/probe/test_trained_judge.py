@@ -9,7 +9,7 @@ from helpers import tiny
 from uturn_train.chat import user_turn_prompt
 from uturn_train.probe.labelers.features import TurnLikelihoods, context_messages
 from uturn_train.probe.labelers.judge import FEATURE_NAMES, Judge, feature_names, featurize
-from uturn_train.probe.labelers.judge_training import features, fit_logistic, measure, train_judge
+from uturn_train.probe.labelers.judge_training import by_cell, features, fit_logistic, measure, train_judge
 from uturn_train.probe.validity.reading import load_reading, pair_contexts
 
 QUERY = "Ana buys 3 boxes of 4 pens. How many pens?"
@@ -65,6 +65,21 @@ def test_features_do_not_depend_on_what_is_read_beside(likelihoods):
     # The turn that quotes this answer's operation gains more from its own answer than the generic request does.
     gain = FEATURE_NAMES.index("gain_answer")
     assert torch.isfinite(together).all() and together[:, gain].abs().sum() > 0
+
+
+def test_cells_split_constructed_turns_by_kind_and_the_rest_by_source_and_task():
+    def row(source, kind, grounded):
+        return {"source": source, "kind": kind, "task": "oasst", "temperature": None, "label": "followup",
+                "grounded": grounded}
+
+    rows = [row("constructed", "generic", False), row("constructed", "generic", False),
+            row("constructed", "grounded_short", True), row("people", None, True)]
+    cells = by_cell(rows, ["followup"] * 4, [True, False, True, True])
+    assert set(cells) == {"all", "source constructed", "source people", "kind generic", "kind grounded_short",
+                          "oasst T=None"}
+    # One of the two requests that fit any answer decided grounded: the figure issue 36 holds at 0.05.
+    assert cells["kind generic"]["n"] == 2 and cells["kind generic"]["grounded_rate_decided"] == 0.5
+    assert cells["kind generic"]["grounded_rate_read"] == 0.0
 
 
 def test_fit_logistic_learns_a_rule_and_the_penalty_shrinks_it():

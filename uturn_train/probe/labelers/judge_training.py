@@ -132,7 +132,7 @@ def fit_mlp(z: torch.Tensor, y: torch.Tensor, g: torch.Tensor, seed: int, hidden
 
 
 def fit(x: torch.Tensor, rows: list[dict], head: dict, threshold: float, names: list[str] | None = None) -> dict:
-    """The judge's weights (as `judge_v3.json` stores them) fitted on `x` (unstandardised, columns `names`) and the
+    """The judge's weights (as `judge_v4.json` stores them) fitted on `x` (unstandardised, columns `names`) and the
     rows' labels; `head` is `{"kind": "mlp", **MLP}` or `{"kind": "linear", "l2_label": .., "l2_grounded": ..}`."""
     mean, std = x.mean(0), x.std(0).clamp(min=1e-6)
     z = (x - mean) / std
@@ -219,11 +219,14 @@ def measure(rows: list[dict], labels: list[str], grounded: list[bool]) -> dict:
 
 
 def by_cell(rows: list[dict], labels: list[str], grounded: list[bool]) -> dict[str, dict]:
-    """`measure` per source (`group` without its temperature), per task x temperature, and pooled."""
+    """`measure` per source (`group` without its temperature), per kind of constructed turn (`kind generic`: the
+    requests that fit any answer), per task x temperature, and pooled."""
     cells = defaultdict(list)
     for i, r in enumerate(rows):
         cells["all"].append(i)
         cells[f"source {r['source']}"].append(i)
+        if r.get("kind"):
+            cells[f"kind {r['kind']}"].append(i)
         cells[f"{r['task']} T={r['temperature']}"].append(i)
     return {name: measure([rows[i] for i in idx], [labels[i] for i in idx], [grounded[i] for i in idx])
             for name, idx in sorted(cells.items())}

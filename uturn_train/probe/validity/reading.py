@@ -3,10 +3,10 @@ is measured on (`tests/data/README.md` has the rubric and each file's provenance
 
 - `smollm2_turns.jsonl`: SmolLM2-135M-Instruct's turns on GSM8K, OASST, MT-Bench and IFEval (480).
 - `oasst_next_turn_labels.jsonl`: people's real next turns in the 100 OASST trees (380), keyed by message id.
-- `read_turns.jsonl`: the turns read for the judge: SmolLM2 before and after collaboration training on every probe
-  task, the testbed before and after training, MT-Bench's second turns after the model's own first answers, and hard
-  cases built from real prompts (the query restated, another unknown of the story, requests that fit any answer, a
-  follow-up placed after another answer to the same query).
+- `read_turns.jsonl`: the turns read for the judge: SmolLM2 on every probe task, and on GSM8K and OASST before and
+  after collaboration SFT and DPO, the testbed before and after training, MT-Bench's second turns after the model's
+  own first answers, and hard cases built from real prompts (the query restated, another unknown of the story,
+  requests that fit any answer, a follow-up placed after another answer to the same query).
 
 Texts that come from `../shared/data` are never stored: a row names its prompt by `task` and `id`, and `query`,
 `answer` (in the heldout setting; `answer_from` names another prompt whose answer it is) and `user_turn` (people's
