@@ -134,6 +134,14 @@ def test_a_bad_labelled_row_is_named(tmp_path, bad, message):
         load_reading(tmp_path, files=("read_turns.jsonl",), data=tmp_path)
 
 
+def test_model_text_with_a_unicode_line_separator_stays_one_row(tmp_path):
+    # Stored unescaped (json.dumps(..., ensure_ascii=False)), U+2028 in a model's turn is not a row boundary.
+    rows = [_row(0, "How did you get 24?\u2028Thanks.", "followup", True), _row(1, TURNS[1], "followup", False)]
+    (tmp_path / "read_turns.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+    read = load_reading(tmp_path, files=("read_turns.jsonl",), data=tmp_path)
+    assert [r["user_turn"] for r in read] == ["How did you get 24?\u2028Thanks.", TURNS[1]]
+
+
 def _synthetic(n):
     """Turns whose label a tiny model's features can tell: quoting the answer's numbers (grounded), a request that
     fits any answer, a new problem."""

@@ -44,7 +44,8 @@ def conversation_split(task: str, prompt_id: str, example=None) -> str:
 
 
 def _rows(path: Path) -> list[dict]:
-    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    # split on newlines only: model text may hold U+2028 and the like, which str.splitlines() also breaks at
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").split("\n") if line.strip()]
     if path.name == "oasst_next_turn_labels.jsonl":  # people's turns: ids and labels only
         rows = [{"row": f"people:oasst-{r['message_id']}", "source": "people", "task": "oasst",
                  "id": f"oasst-{r['message_id']}", "setting": "heldout", "temperature": None, "label": r["label"],
