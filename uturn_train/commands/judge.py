@@ -1,7 +1,7 @@
 """`uturn judge`: fit the trained judge on the dev split of the turns labelled by reading, and measure it on the test
 split ([`~uturn_train.probe.labelers.judge_training`]).
 
-    uturn judge train                              # writes uturn_train/probe/labelers/judge_v4.json (the shipped one)
+    uturn judge train                              # writes uturn_train/probe/labelers/judge_v5.json (the shipped one)
     uturn judge eval [--weights FILE] [--out DIR]  # the test split's figures, per source and task x temperature
 """
 

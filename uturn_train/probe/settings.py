@@ -43,7 +43,7 @@ class ProbeSettings:
             templates).
         labeler (`str`, *optional*, defaults to `"auto"`): who labels the user turns: `auto` (`rules` on the testbed,
             `trained` on every other task: [`labeler_for`]), `rules` (the offline classifier), `trained` (the trained
-            judge `uturn-judge-v4`, offline, on a fixed SmolLM2-135M-Instruct; `label`, `grounded` and the rates are
+            judge `uturn-judge-v5`, offline, on a fixed SmolLM2-135M-Instruct; `label`, `grounded` and the rates are
             its, the rules' ride along as `rules_label`...), `judge` (an LLM judge; `label` and the rates are its,
             `rules_label` stays on each sample) or `both` (`label` and the rates are the rules', the judge's ride
             along as `judge_label`... and a nested `judge` summary per temperature).
@@ -103,7 +103,7 @@ class ProbeSettings:
 def labeler_for(labeler: str, task: str | None) -> str:
     """`labeler` with `auto` chosen by the task: the rules on the testbed (they agree with reading on its labelled
     turns, `eval/real_model_validity.py`), the trained judge elsewhere (after open-ended answers the rules count a
-    real model's grounded turns several times over: `probe/labelers/judge_v4.md`)."""
+    real model's grounded turns several times over: `probe/labelers/judge_v5.md`)."""
     if labeler != "auto":
         return labeler
     return "rules" if task == "testbed" else "trained"

@@ -9,7 +9,7 @@ turn that needs one)? And is it likely at all (incoherent text is not, even in i
 carries what words and likelihoods do not: what kind of turn it is (a question, a solution, thanks), read in its
 conversation. A middle layer's, not the last: on the labelled dev split, cross-validated, SmolLM2's layer 16 of 30 gave
 grounded F1 0.70 where layers 8, 24 and 30 gave 0.66, 0.66 and 0.67, and adding the change of the state when the answer
-is another (0.703) or more layers (0.68-0.69) did not help (`probe/labelers/judge_v4.md`). The model reads the
+is another (0.703) or more layers (0.68-0.69) did not help (`probe/labelers/judge_v5.md`). The model reads the
 turn under the user role with its own chat template, as the probe's prompts are built (`chat.user_turn_prompt`);
 each context is computed once for all the turns that follow it.
 """

@@ -6,15 +6,15 @@ network over the features of `features.py` (a fixed language model's likelihoods
 hidden state read in its conversation, the rules' verdicts and lexical cues): an ensemble of MLPs (one hidden layer)
 whose outputs are the seven labels' logits and the grounded logit, averaged as probabilities over the members. A turn
 is a grounded follow-up when the labels' argmax is `followup` and p(grounded) reaches `threshold`. v2's heads were
-linear (a member of one layer, the same format); the hidden layer is why v3 replaced them (`judge_v4.md`).
+linear (a member of one layer, the same format); the hidden layer is why v3 replaced them (`judge_v5.md`).
 
 ```python
-judge = load_judge()                                      # the shipped one (`judge_v4.json`), its feature model
+judge = load_judge()                                      # the shipped one (`judge_v5.json`), its feature model
 judge.label([{"query": q, "answer": a, "user_turn": t, "other_query": q2, "other_answer": a2}])
 # -> [JudgeVerdict(label="followup", grounded=True, p_followup=0.93, p_grounded=0.81)]
 ```
 
-The shipped weights, how they were trained and what they measure on the test split: `judge_v4.md`.
+The shipped weights, how they were trained and what they measure on the test split: `judge_v5.md`.
 """
 
 import json
@@ -37,8 +37,8 @@ from .features import (
     rule_features,
 )
 
-NAME = "uturn-judge-v4"
-WEIGHTS = Path(__file__).with_name("judge_v4.json")
+NAME = "uturn-judge-v5"
+WEIGHTS = Path(__file__).with_name("judge_v5.json")
 FEATURE_NAMES = (*LM_FEATURES, *RULE_FEATURES, *LEXICAL_FEATURES)  # then the feature model's hidden state
 
 
@@ -108,7 +108,7 @@ def forward(members: list[list[dict]], z: torch.Tensor) -> tuple[torch.Tensor, t
 
 
 class Judge:
-    """The trained judge (see the module docstring): `weights` as `judge_v4.json` holds them, and the feature model."""
+    """The trained judge (see the module docstring): `weights` as `judge_v5.json` holds them, and the feature model."""
 
     def __init__(self, weights: dict, likelihoods: TurnLikelihoods):
         if tuple(weights["features"][: len(FEATURE_NAMES)]) != FEATURE_NAMES:

@@ -132,7 +132,7 @@ def fit_mlp(z: torch.Tensor, y: torch.Tensor, g: torch.Tensor, seed: int, hidden
 
 
 def fit(x: torch.Tensor, rows: list[dict], head: dict, threshold: float, names: list[str] | None = None) -> dict:
-    """The judge's weights (as `judge_v4.json` stores them) fitted on `x` (unstandardised, columns `names`) and the
+    """The judge's weights (as `judge_v5.json` stores them) fitted on `x` (unstandardised, columns `names`) and the
     rows' labels; `head` is `{"kind": "mlp", **MLP}` or `{"kind": "linear", "l2_label": .., "l2_grounded": ..}`."""
     mean, std = x.mean(0), x.std(0).clamp(min=1e-6)
     z = (x - mean) / std
