@@ -49,6 +49,10 @@ def test_self_setting_answers_then_user_turns(tiny, shared_data):
     assert [r["user_turn"] for r in again.rows] == [r["user_turn"] for r in run.rows]
     other = run_probe(model, tokenizer, examples, replace(settings, temperatures=[0.0], batch_size=2, seed=7))
     assert [r["user_turn"] for r in other.rows] == [r["user_turn"] for r in run.rows if r["temperature"] == 0.0]
+    # Another seed draws other samples, whatever its temperatures (seed + 1 + the temperature's index once gave
+    # `seed=1, temperatures=[1.0]` exactly the T=1.0 samples of `seed=0, temperatures=[0.0, 1.0]`).
+    shifted = run_probe(model, tokenizer, examples, replace(settings, temperatures=[1.0], seed=1))
+    assert [r["user_turn"] for r in shifted.rows] != [r["user_turn"] for r in run.rows if r["temperature"] == 1.0]
 
 
 def test_heldout_uses_the_real_answer(tiny, shared_data):

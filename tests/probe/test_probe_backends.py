@@ -173,6 +173,26 @@ def test_failed_requests_and_judge_errors_are_error_rows(tiny_qwen_dir, tmp_path
     assert len(sampled) == len(set(sampled)) == 4 * 2 * 2
 
 
+def test_runs_with_different_seeds_send_no_sampled_seed_twice(tiny_qwen_dir):
+    from transformers import AutoTokenizer
+
+    from uturn_train.server import CompletionsClient
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_qwen_dir)
+    examples = load_task("gsm8k", data=str(FIXTURE))[:3]
+    seeds = {}
+    for seed in (0, 1):
+        script = Scripted(answers={ex.query: "#### 1" for ex in examples}, turns={ex.query: "Why?" for ex in examples},
+                          verdicts={})
+        with ScriptedServer(script) as fake:
+            client = CompletionsClient(fake.base_url, tokenizer, model="served", retries=0).check()
+            run_probe(None, tokenizer, examples, ProbeSettings(temperatures=[1.0], samples=4, labeler="rules",
+                                                                seed=seed), client=client, disable_progress=True)
+        seeds[seed] = {s for t, s in script.seeds if t > 0}
+    # Consecutive seeds once shared k - 1 of every prompt's k request seeds (`seed + i * k + j`).
+    assert len(seeds[0]) == len(seeds[1]) == 3 * 4 and not seeds[0] & seeds[1]
+
+
 def test_server_key_comes_from_the_environment_and_is_never_written(tiny_qwen_dir, tmp_path, monkeypatch):
     secret = "sk-server-0123456789"
     monkeypatch.setenv("MY_SERVER_KEY", secret)

@@ -77,6 +77,9 @@ def _generate(model, tokenizer, client, prompts: list[str], settings: ProbeSetti
     return generate(model, tokenizer, prompts, batch_size=settings.batch_size, **kwargs)
 
 
+SEED_STRIDE = 1_000_003  # more generator seeds than one run's requests
+
+
 def _answers(model, tokenizer, client, examples: list[Example], settings: ProbeSettings, seed: int,
              disable_progress: bool) -> list[dict]:
     """The answer each user turn reacts to: the model's own (greedy), or the data's in the heldout setting."""
@@ -96,6 +99,10 @@ def _generate_shard(model, tokenizer, client, examples: list[Example], settings:
     answer failed)."""
     seed = settings.seed + 1000 * rank  # shards of different ranks are independent draws
     answers = _answers(model, tokenizer, client, examples, settings, seed, disable_progress)
+    # Each seed owns a range of SEED_STRIDE generator seeds, so that two runs with different `--seed` never draw with
+    # the same one (`seed + 1 + t_index` alone gave `--seed 1 --temperatures 1` the samples of `--seed 0
+    # --temperatures 0 1`, and a server's per-request seeds overlapped in k - 1 of k samples); seed 0 keeps its draws.
+    base = seed * SEED_STRIDE
     answered = [i for i, a in enumerate(answers) if a["answer_error"] is None]
     prompts = [user_turn_prompt(tokenizer, _messages(ex, a["answer"]), enable_thinking=settings.enable_thinking)
                if a["answer_error"] is None else None for ex, a in zip(examples, answers)]
@@ -103,9 +110,9 @@ def _generate_shard(model, tokenizer, client, examples: list[Example], settings:
     offset = len(examples)
     for t_index, temperature in enumerate(settings.temperatures):
         k = 1 if temperature == 0 else settings.samples
-        # The local backend draws a temperature from one generator seeded `seed + 1 + t_index`; a server seeds each
-        # request (`seed + i * k + j`), so there each temperature takes its own range, after the answers'.
-        t_seed = seed + offset if client is not None else seed + 1 + t_index
+        # The local backend draws a temperature from one generator seeded `base + 1 + t_index`; a server seeds each
+        # request (`base + i * k + j`), so there each temperature takes its own range, after the answers'.
+        t_seed = base + offset if client is not None else base + 1 + t_index
         offset += len(answered) * k
         gens = _generate(model, tokenizer, client, [prompts[i] for i in answered], settings,
                          max_new_tokens=settings.max_new_tokens, temperature=temperature, num_samples=k, seed=t_seed,
