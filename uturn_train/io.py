@@ -9,9 +9,12 @@ from pathlib import Path
 
 
 def _umask() -> int:
-    mask = os.umask(0)
+    mask = os.umask(0)  # the only way to read it is to set it: once, at import, not while threads write files
     os.umask(mask)
     return mask
+
+
+UMASK = _umask()
 
 
 @contextmanager
@@ -22,7 +25,7 @@ def atomic_open(path: str | Path, mode: str = "w"):
     try:
         with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as f:
             yield f
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it 0600; give the mode a plain open() would
+        os.chmod(tmp, 0o666 & ~UMASK)  # mkstemp makes it 0600; give the mode a plain open() would
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
