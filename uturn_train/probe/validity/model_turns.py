@@ -12,10 +12,10 @@ per task and temperature, each prompt's mismatched context another prompt's, pai
 """
 
 import hashlib
-import json
 from collections import defaultdict
 from pathlib import Path
 
+from ...io import read_jsonl
 from ...tasks import load_task
 from ..rules.classify import LABELS, classify_turn
 from ..rules.grounding import ground_rows
@@ -34,7 +34,7 @@ def split_of(task: str, prompt_id: str) -> str:
 
 def load(shared_data: Path = SHARED_DATA, labels_file: Path = LABELS_FILE) -> list[dict]:
     """The labelled rows, each with its `query` (and a heldout row's `answer`) joined from `shared_data`."""
-    rows = [json.loads(line) for line in labels_file.read_text(encoding="utf-8").splitlines()]
+    rows = read_jsonl(labels_file)
     examples = {}
     for task in sorted({r["task"] for r in rows}):
         examples[task] = {e.id: e for e in load_task(task, str(shared_data / DATA[task]))}

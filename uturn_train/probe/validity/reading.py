@@ -22,6 +22,7 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
+from ...io import read_jsonl
 from ...tasks import load_task
 from ..rules.classify import LABELS
 
@@ -44,8 +45,7 @@ def conversation_split(task: str, prompt_id: str, example=None) -> str:
 
 
 def _rows(path: Path) -> list[dict]:
-    # split on newlines only: model text may hold U+2028 and the like, which str.splitlines() also breaks at
-    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").split("\n") if line.strip()]
+    rows = read_jsonl(path)  # by line, not str.splitlines(): model text may hold U+2028, which that also breaks at
     if path.name == "oasst_next_turn_labels.jsonl":  # people's turns: ids and labels only
         rows = [{"row": f"people:oasst-{r['message_id']}", "source": "people", "task": "oasst",
                  "id": f"oasst-{r['message_id']}", "setting": "heldout", "temperature": None, "label": r["label"],
