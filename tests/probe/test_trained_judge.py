@@ -7,7 +7,7 @@ import torch
 from helpers import tiny
 
 from uturn_train.chat import user_turn_prompt
-from uturn_train.probe.labelers.features import TurnLikelihoods, context_messages
+from uturn_train.probe.labelers.features import LM_FEATURES, TurnLikelihoods, context_messages
 from uturn_train.probe.labelers.judge import FEATURE_NAMES, Judge, feature_names, featurize
 from uturn_train.probe.labelers.judge_training import by_cell, features, fit_logistic, measure, train_judge
 from uturn_train.probe.validity.reading import load_reading, pair_contexts
@@ -184,6 +184,11 @@ def test_train_writes_weights_that_separate_what_the_rows_separate(tmp_path, lik
                                      "state_size": likelihoods.state_size, "state_layer": likelihoods.state_layer})()
     torch.testing.assert_close(features(test, counting, cache), x)
     assert calls == []
+    # It holds what the model read only: the rules' and lexical columns are computed again, so changing them does
+    # not make every labelled turn be read again; assembled, the columns are featurize's.
+    entry = json.loads(cache.read_text().splitlines()[0])
+    assert len(entry["x"]) == len(LM_FEATURES) + likelihoods.state_size
+    torch.testing.assert_close(x, featurize(test, likelihoods), atol=1e-4, rtol=1e-4)
 
 
 @pytest.fixture(scope="module")

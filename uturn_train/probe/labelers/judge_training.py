@@ -5,8 +5,9 @@ features standardised on dev, an ensemble of `MEMBERS` MLPs (seeds 0..), the gro
 cross-validation over dev conversations (folds by prompt), then the ensemble refitted on all of dev. The MLP's size,
 dropout, weight decay and epochs are the ones `eval/judge_reader.py` measured by the same cross-validation (above the
 linear heads on every draw); the linear heads (`fit_logistic`, v2's, their L2 penalties cross-validated) stay as the
-alternative `uturn judge eval` reports beside. The test split is scored once, by `uturn judge eval`. Features are
-cached by content hash (`--cache`), so a second run costs seconds.
+alternative `uturn judge eval` reports beside. The test split is scored once, by `uturn judge eval`. What the feature
+model reads is cached by content hash (`--cache`), so a second run costs seconds; the rules' and lexical columns are
+computed each time (a second for 5,000 turns), so changing them does not read every turn again.
 """
 
 import hashlib
@@ -22,7 +23,7 @@ from ...io import write_json
 from ..rules.classify import LABELS
 from ..validity.agreement import cohen_kappa
 from .features import LM_FEATURES
-from .judge import FEATURE_NAMES, Judge, feature_names, featurize
+from .judge import FEATURE_NAMES, Judge, assemble, feature_names, read_turns, text_features
 
 L2 = (1e-4, 1e-3, 1e-2, 1e-1)
 THRESHOLDS = tuple(round(0.2 + 0.05 * i, 2) for i in range(13))
@@ -36,11 +37,13 @@ def _key(row: dict) -> str:
 
 
 def features(rows: list[dict], likelihoods, cache: Path | None = None, chunk: int = 100) -> torch.Tensor:
-    """`judge.featurize` of every row, reading and extending the cache file (one json line per row's key)."""
+    """`judge.featurize` of every row, reading and extending the cache file of `judge.read_turns` (one json line per
+    row's key)."""
     from tqdm.auto import tqdm
 
     known = {}
-    names = hashlib.sha256(" ".join(feature_names(likelihoods)).encode()).hexdigest()[:16]  # the columns' signature
+    read_names = [name for name in feature_names(likelihoods) if name not in FEATURE_NAMES or name in LM_FEATURES]
+    names = hashlib.sha256(" ".join(read_names).encode()).hexdigest()[:16]  # the cached columns' signature
     if cache is not None and cache.exists():
         for line in cache.read_text().splitlines():
             entry = json.loads(line)
@@ -53,7 +56,7 @@ def features(rows: list[dict], likelihoods, cache: Path | None = None, chunk: in
     with tqdm(total=4 * len(todo), desc="judge features", unit="turn-context", disable=not todo) as progress:
         for start in range(0, len(todo), chunk):
             part = todo[start: start + chunk]
-            x = featurize([rows[i] for i in part], likelihoods, progress)
+            x = read_turns([rows[i] for i in part], likelihoods, progress)
             if cache is not None:
                 cache.parent.mkdir(parents=True, exist_ok=True)
                 with open(cache, "a", encoding="utf-8") as f:
@@ -61,7 +64,8 @@ def features(rows: list[dict], likelihoods, cache: Path | None = None, chunk: in
                         f.write(json.dumps({"key": keys[i], "features": names, "x": values}) + "\n")
             for i, values in zip(part, x.tolist()):
                 known[keys[i]] = values
-    return torch.tensor([known[k] for k in keys], dtype=torch.float32)
+    return assemble(torch.tensor([known[k] for k in keys], dtype=torch.float32).reshape(len(rows), len(read_names)),
+                    text_features(rows))
 
 
 def _targets(rows: list[dict]) -> tuple[torch.Tensor, torch.Tensor]:
