@@ -21,7 +21,8 @@ CPU capability AVX2, 2 threads): median PMI 0.72 (dev) and 0.33 (test) on ground
 the other labels, whose top tenth reaches 0.3-0.7; PMI >= 0.5 and coherence >= -3.0 (chosen on dev) raise grounded
 precision on the test split from 0.10 to 0.57 at recall 0.36 (7 turns kept); 1.37 s per turn (two forward passes of
 up to 816 tokens), 23 min per 1,000 turns. What was adopted instead, as an option: `--scorer`
-(`uturn_train/probe/labelers/scorer.py`), whose control keeps the query and changes the answer (README, A real model).
+(`uturn_train/probe/labelers/scorer.py`), whose control keeps the query and changes the answer (docs/probe.md, A real
+model).
 """
 
 import argparse

@@ -34,7 +34,7 @@ def keys(obj, prefix=""):
 
 def assert_same_greedy_turns(local_rows, server_rows):
     """Greedy rows equal; `transformers serve` does not say which end token stopped a turn, so a turn that ended by
-    opening `<|im_start|>` arrives without it (README: Probe through a server)."""
+    opening `<|im_start|>` arrives without it (docs/server.md)."""
     greedy = [(a, b) for a, b in zip(local_rows, server_rows) if a["temperature"] == 0]
     assert greedy and len(local_rows) == len(server_rows)
     for a, b in greedy:

@@ -44,8 +44,8 @@ def test_a_bad_row_names_its_line(tmp_path, shared_data):
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_gsm8k_grounded_rates_match_reading(rows, temperature, split):
     # Issue 17: the probe's greedy and T=1.0 grounded rates on SmolLM2's GSM8K turns within 0.05 of the rates by
-    # reading, on all its turns and on the test split the rules were not changed on (README: the figures; the probe
-    # said 0.438 and 0.250 on all turns before the answer control and the word-problem rules).
+    # reading, on all its turns and on the test split the rules were not changed on (docs/probe.md: the figures; the
+    # probe said 0.438 and 0.250 on all turns before the answer control and the word-problem rules).
     rate = validity.rates(rows, split)[f"gsm8k T={temperature:g}" + (f" ({split})" if split else "")]
     assert rate["n"] >= (48 if split is None else 20)
     assert abs(rate["grounded (probe)"] - rate["grounded (read)"]) <= 0.05, rate

@@ -82,7 +82,7 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--labeler", choices=["rules", "trained"], default="rules",
                         help="who decides: the rules, or the trained judge (uturn-judge-v5; the rules ride along)")
     parser.add_argument("--scorer", help="a model that must confirm each grounded turn (smollm2-135m-instruct or a "
-                        "folder; README: A real model)")
+                        "folder; docs/probe.md: A real model)")
     return dashed_aliases(parser)
 
 

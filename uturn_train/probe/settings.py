@@ -56,7 +56,7 @@ class ProbeSettings:
         scorer (`str`, *optional*): a fixed model (folder, `.gguf`, or `smollm2-135m-instruct`) whose likelihoods
             must confirm that a rule-grounded turn reacts to its own answer (`probe/labelers/scorer.py`). After
             open-ended answers the rules over-count a real model's grounded turns and the scorer under-counts them:
-            report both (README, A real model).
+            report both (docs/probe.md, A real model).
     """
 
     setting: str = field(default="self", metadata={"help": "self (the model answers first) or heldout."})
@@ -79,7 +79,7 @@ class ProbeSettings:
                                         metadata={"help": "Judge verdict cache (default $UTURN_HOME/judge_cache)."})
     scorer: str | None = field(default=None, metadata={
         "help": "A fixed model whose likelihoods must confirm a grounded turn reacts to its answer "
-                "(smollm2-135m-instruct or a folder): a lower bound where the rules give an upper one (README)."})
+                "(smollm2-135m-instruct or a folder): a lower bound where the rules give an upper (docs/probe.md)."})
 
     def __post_init__(self):
         if self.setting not in SETTINGS:

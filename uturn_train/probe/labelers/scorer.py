@@ -16,7 +16,7 @@ split of the real-model turns labelled by reading (`tests/data/smollm2_turns.jso
 scorer; `python eval/real_model_validity.py --scorer smollm2-135m-instruct` measures them on the test split. Only
 rule-grounded turns are scored, two short forward passes each (the contexts are computed once per prompt and cached).
 
-Measured (README, A real model): on SmolLM2's test split it keeps 6 turns grounded for 11 by reading (3 right), where
+Measured (docs/probe.md): on SmolLM2's test split it keeps 6 turns grounded for 11 by reading (3 right), where
 the rules keep 62; on real users' OASST follow-ups it keeps 0.128 grounded where the rules keep 0.735. It under-counts
 where the rules over-count, so it is an option, never the definition, and the training rewards do not use it.
 """
