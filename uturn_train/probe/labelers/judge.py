@@ -47,6 +47,11 @@ def feature_names(likelihoods: TurnLikelihoods) -> list[str]:
     return [*FEATURE_NAMES, *(f"state{likelihoods.state_layer}_{i}" for i in range(likelihoods.state_size))]
 
 
+def read_names(likelihoods: TurnLikelihoods) -> list[str]:
+    """The columns of `read_turns`: `LM_FEATURES`, then the hidden state's."""
+    return [*LM_FEATURES, *feature_names(likelihoods)[len(FEATURE_NAMES):]]
+
+
 @dataclass(frozen=True)
 class JudgeVerdict:
     label: str
@@ -84,7 +89,8 @@ def read_turns(items: list[dict], likelihoods: TurnLikelihoods, progress=None) -
                 state[i] = hidden.tolist()
         if progress is not None:
             progress.update(len(uses))
-    return torch.tensor([[*lm_features(n), *h] for n, h in zip(nll, state)], dtype=torch.float32)
+    return torch.tensor([[*lm_features(n), *h] for n, h in zip(nll, state)],
+                        dtype=torch.float32).reshape(len(items), len(read_names(likelihoods)))
 
 
 def text_features(items: list[dict]) -> torch.Tensor:
@@ -184,4 +190,4 @@ def load_judge(weights: str | None = None, feature_model: str | None = None, dev
 
 
 __all__ = ["CONTEXTS", "FEATURE_NAMES", "NAME", "Judge", "JudgeVerdict", "assemble", "feature_model_dir",
-           "feature_names", "featurize", "forward", "load_judge", "read_turns", "text_features"]
+           "feature_names", "featurize", "forward", "load_judge", "read_names", "read_turns", "text_features"]

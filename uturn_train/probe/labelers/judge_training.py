@@ -23,7 +23,7 @@ from ...io import write_json
 from ..rules.classify import LABELS
 from ..validity.agreement import cohen_kappa
 from .features import LM_FEATURES
-from .judge import FEATURE_NAMES, Judge, assemble, feature_names, read_turns, text_features
+from .judge import FEATURE_NAMES, Judge, assemble, feature_names, read_names, read_turns, text_features
 
 L2 = (1e-4, 1e-3, 1e-2, 1e-1)
 THRESHOLDS = tuple(round(0.2 + 0.05 * i, 2) for i in range(13))
@@ -42,8 +42,8 @@ def features(rows: list[dict], likelihoods, cache: Path | None = None, chunk: in
     from tqdm.auto import tqdm
 
     known = {}
-    read_names = [name for name in feature_names(likelihoods) if name not in FEATURE_NAMES or name in LM_FEATURES]
-    names = hashlib.sha256(" ".join(read_names).encode()).hexdigest()[:16]  # the cached columns' signature
+    columns = read_names(likelihoods)
+    names = hashlib.sha256(" ".join(columns).encode()).hexdigest()[:16]  # the cached columns' signature
     if cache is not None and cache.exists():
         for line in cache.read_text().splitlines():
             entry = json.loads(line)
@@ -64,7 +64,7 @@ def features(rows: list[dict], likelihoods, cache: Path | None = None, chunk: in
                         f.write(json.dumps({"key": keys[i], "features": names, "x": values}) + "\n")
             for i, values in zip(part, x.tolist()):
                 known[keys[i]] = values
-    return assemble(torch.tensor([known[k] for k in keys], dtype=torch.float32).reshape(len(rows), len(read_names)),
+    return assemble(torch.tensor([known[k] for k in keys], dtype=torch.float32).reshape(len(rows), len(columns)),
                     text_features(rows))
 
 
