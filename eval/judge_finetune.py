@@ -9,7 +9,8 @@ final state and the rules' and lexical columns gives the seven labels' logits an
 losses (class-weighted labels, positive-weighted grounded). Trained on the dev split less 15% of its conversations
 (by prompt), scored on those 15% after each epoch as the judge's threshold is chosen (grounded F1 at the best
 threshold), beside the frozen alternative on the same split: one judge MLP over the same columns with the frozen
-layer-`--upper` state (the states the fine-tune starts from). The test split is not read.
+layer-`--upper` state (the states the fine-tune starts from). The test split is not scored (its
+turns' frozen states are read with the rest and left unused).
 
     python eval/judge_finetune.py                  # 3 epochs, layers 20-29 trained
 
@@ -91,6 +92,8 @@ def upper_model(model, upper: int):
 
 def main(argv=None) -> None:
     args = make_parser().parse_args(argv)
+    if not 0 < args.upper < 30:
+        raise SystemExit(f"--upper {args.upper}: the first trained layer is one of SmolLM2's 1-29 (0: embeddings)")
     if not (Path(args.shared_data) / "README.md").exists():
         raise SystemExit(f"--shared_data {args.shared_data}: the real data sets are not there")
     torch.manual_seed(0)
