@@ -108,7 +108,7 @@ def cv_f1(x: torch.Tensor, rows: list[dict], seed: int) -> float:
                    "mean": mean.tolist(), "std": std.tolist(), "members": [member], "threshold": 0.5}
         for i, v in zip(held, judge_training._verdicts(weights, x[held])):
             predictions[i] = (v.label, v.p_grounded)
-    return max(judge_training.grounded_f1(rows, predictions, t) for t in judge_training.THRESHOLDS)
+    return judge_training._scores(rows, predictions)["grounded_f1"]  # at the best of the judge's thresholds
 
 
 def main(argv=None) -> None:

@@ -180,8 +180,7 @@ def main(argv=None) -> None:
                 out, idx = logits(k)
                 for j, i in enumerate(idx):
                     predictions[i] = (LABELS[int(out[j, :-1].argmax())], torch.sigmoid(out[j, -1]).item())
-        f1 = max(judge_training.grounded_f1([rows[i] for i in hold_rows], [predictions[i] for i in hold_rows], t)
-                 for t in judge_training.THRESHOLDS)
+        f1 = judge_training._scores([rows[i] for i in hold_rows], [predictions[i] for i in hold_rows])["grounded_f1"]
         print(f"epoch {epoch + 1}: train loss {summed / len(train):.2f}, {time.time() - start:.0f} s; held-out "
               f"grounded F1 {f1:.3f}", flush=True)
 
@@ -190,8 +189,8 @@ def main(argv=None) -> None:
     weights = judge_training.fit(torch.cat([text[fit_rows], frozen[fit_rows]], 1), [rows[i] for i in fit_rows],
                                  {"kind": "mlp", **judge_training.MLP}, 0.5)
     verdicts = judge_training._verdicts(weights, torch.cat([text[hold_rows], frozen[hold_rows]], 1))
-    f1 = max(judge_training.grounded_f1([rows[i] for i in hold_rows], [(v.label, v.p_grounded) for v in verdicts], t)
-             for t in judge_training.THRESHOLDS)
+    held = [rows[i] for i in hold_rows]
+    f1 = judge_training._scores(held, [(v.label, v.p_grounded) for v in verdicts])["grounded_f1"]
     print(f"frozen layer-{args.upper} state, one judge MLP, the same split: held-out grounded F1 {f1:.3f}")
 
 
