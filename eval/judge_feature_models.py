@@ -60,13 +60,13 @@ def read_after(model, context: list[int], turns: list[list[int]]):
     """The base model's outputs, hidden states included, for `context` and then for each of `turns` read after it: the
     context computed once, its cache expanded over the turns (right-padded)."""
     first = model.model(input_ids=torch.tensor([context]), use_cache=True, output_hidden_states=True)
-    cache = first.past_key_values
+    cache = first.cache
     cache.batch_repeat_interleave(len(turns))
     width = max(map(len, turns))
     return first, model.model(input_ids=torch.tensor([t + [t[-1]] * (width - len(t)) for t in turns]),
                               attention_mask=torch.ones(len(turns), len(context) + width, dtype=torch.long),
                               position_ids=torch.arange(len(context), len(context) + width).expand(len(turns), -1),
-                              past_key_values=cache, use_cache=True, output_hidden_states=True)
+                              cache=cache, use_cache=True, output_hidden_states=True)
 
 
 def read_states(model, tokenizer, rows: list[dict], layers: list[int], context_tokens: int, turn_tokens: int):

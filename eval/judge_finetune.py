@@ -128,7 +128,7 @@ def main(argv=None) -> None:
         idx = groups[keys[k]]
         context = contexts[k].float()[None]
         cache = core(inputs_embeds=context, position_ids=torch.arange(context.shape[1])[None],
-                     use_cache=True).past_key_values
+                     use_cache=True).cache
         cache.batch_repeat_interleave(len(idx))
         lengths = [turns[i].shape[0] for i in idx]
         width = max(lengths)
@@ -136,7 +136,7 @@ def main(argv=None) -> None:
                          for i in idx])
         h = core(inputs_embeds=x, attention_mask=torch.ones(len(idx), context.shape[1] + width, dtype=torch.long),
                  position_ids=torch.arange(context.shape[1], context.shape[1] + width).expand(len(idx), -1),
-                 past_key_values=cache, use_cache=True).last_hidden_state
+                 cache=cache, use_cache=True).last_hidden_state
         valid = (torch.arange(width)[None] < torch.tensor(lengths)[:, None]).float()
         pooled = (h * valid[..., None]).sum(1) / valid.sum(1, keepdim=True)
         return head(torch.cat([pooled, text[idx]], 1)), idx

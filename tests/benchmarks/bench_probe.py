@@ -27,8 +27,9 @@ printed: the bound a decode step meets at the batch's row count, as shares of th
 linear layer of the model in turn, as a decode step runs them, its weights read from memory. `--continuous_batching`
 also times transformers' `generate_batch` on the greedy user turns (Llama-type models only: its paged cache has no
 linear-attention layer type, so Qwen3.5 raises). Targets (issue 39, SmolLM2): T=1.0 x 4 in at most a third of
-`generate`'s time, every engine phase at 45% or more of the matmul rate; on the testbed, greedy user turns at least 9.6x
-per-example's rate. CPU capability and threads are printed with the figures.
+`generate`'s time, every engine phase at 45% or more of the matmul rate; on the testbed, greedy user turns no slower
+against per-example than the engine as it was (9.6x on the AVX2 machine the issue was filed on; the ratio moves with the
+CPU, so both are printed from the same run). CPU capability and threads are printed with the figures.
 """
 
 import argparse
@@ -259,8 +260,10 @@ def main():
     print(f"T=1 x{args.samples}: engine {times['T=1', 'engine']:.1f} s against generate's "
           f"{times['T=1', 'generate']:.1f} s: {times['T=1', 'engine'] / times['T=1', 'generate']:.2f} of its time")
     if ("greedy", "per-example") in times:
+        # The issue's "no worse than today" on any machine: today's engine (batched generate) timed in the same run.
         print(f"greedy user turns: speedup={times['greedy', 'per-example'] / times['greedy', 'engine']:.1f} over "
-              "per-example")
+              f"per-example; the engine as it was (batched generate) "
+              f"{times['greedy', 'per-example'] / times['greedy', 'generate']:.1f}x, same run")
     print("engine phases at: " + ", ".join(f"{n} {share[n, 'engine']:.0%}" for n in ("answers", "greedy", "T=1")) +
           " of the matmul rate (useful tokens)")
     rows = args.batch_size

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers.report_runs import A_LAST, B_LAST, BASE, IDS, write_run
+from helpers.report_runs import A_LAST, B_LAST, BASE, IDS, add_collab, write_run
 
 from uturn_train.commands.report import main as report_main
 from uturn_train.experiments.report import pareto_front, write_report
@@ -357,6 +357,41 @@ def test_seeds_decide_where_prompt_level_tests_would_star_noise(tmp_path):
     assert "| A seeds 0+1 | A seed 2 | greedy grounded |" in md and "the check cannot flag this |" in md
     assert not any("cannot flag" in line for line in md.splitlines() if line.startswith("| D seeds 0+1 |"))
     assert "| A-seed0 @ 4 | B-seed0 @ 4 |" not in md  # per-seed prompt-level rows stay in report.json
+
+
+def test_collaboration_success_across_seeds(tmp_path):
+    """Runs that held conversations with the oracle partner: each family's success (peer_check also when the answer
+    started wrong) and info_gap's asking, per seed, with intervals over seeds and tasks, and B against A starred when
+    every seed of B is ahead; a conversation that ended in an error counts nowhere."""
+    abl = tmp_path / "abl"
+    write_seeds(abl, "A", {0: last(2, 6), 1: last(2, 6), 2: last(2, 6)})
+    write_seeds(abl, "B", {0: last(2, 6), 1: last(2, 6), 2: last(2, 6)})
+    for seed in range(3):
+        for variant in ("A", "B"):
+            add_collab(abl / f"{variant}-seed{seed}", 0, wrong=[False] * 4, asks=[False] * 4)
+        add_collab(abl / f"A-seed{seed}", 4, wrong=[seed == 1, False, False, False], asks=[False] * 4)
+        add_collab(abl / f"B-seed{seed}", 4, wrong=[True, True, True, seed != 1],
+                   asks=[seed != 1, seed != 1, seed == 0, False], error_row=seed == 0)
+    report = write_report([abl], tmp_path / "out")
+
+    b = next(v for v in report["variants"] if v["name"] == "B")
+    metrics = {m["metric"]: m for m in b["checkpoints"]["last"]["metrics"]}
+    assert [x["value"] for x in metrics["collab peer_check wrong start"]["per_seed"]] == [1.0, 0.75, 1.0]
+    assert [x["value"] for x in metrics["collab peer_check"]["per_seed"]] == [1.0, 0.875, 1.0]
+    assert [x["value"] for x in metrics["collab info_gap asked first"]["per_seed"]] == [0.75, 0.0, 0.5]
+    assert [x["value"] for x in metrics["collab info_gap"]["per_seed"]] == [0.75, 0.0, 0.5]
+    assert metrics["collab peer_check wrong start"]["n_prompts"] == 4  # the errored conversation is not a task here
+
+    # Wrong start: A 0, 1/4, 0 and B 1, 3/4, 1; paired differences 1, 1/2, 1 (mean 5/6): both intervals above 0.
+    c = _across(report, "A", "B", "collab peer_check wrong start", t=None)
+    assert c["temperature"] is None and c["difference"] == pytest.approx(5 / 6) and c["seeds_beating"] == [3, 3]
+    sd = float(np.std([1, 0.5, 1], ddof=1))
+    assert c["ci95_seeds"] == pytest.approx([5 / 6 - 4.3027 * sd / math.sqrt(3), 5 / 6 + 4.3027 * sd / math.sqrt(3)])
+    assert c["ci95"][0] > 0 and c["significant"]
+    assert not _across(report, "A", "B", "collab info_gap", t=None)["significant"]  # B 0.75, 0, 0.5: seed 1 not ahead
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "| accuracy | greedy follow-up | greedy grounded |" in md and "| collab peer_check wrong start |" in md
+    assert "| A @ last | B @ last | collab peer_check wrong start | 3 / 3 | 0.083 | 0.917 | +0.833 [" in md
 
 
 def test_markers_from_before_variants_pool_by_their_seed_knob(tmp_path):

@@ -51,3 +51,31 @@ A_LAST = {"greedy": [2, 0, 0, 1, 0, 0, 0, 0], "t1": [[1, 0], [0, 0], [0, 0], [0,
           "correct": [1, 1, 1, 1, 1, 0, 0, 1]}
 B_LAST = {"greedy": [2, 2, 1, 2, 0, 1, 0, 0], "t1": [[1, 1], [2, 0], [0, 0], [0, 1], [2, 2], [0, 0], [1, 0], [0, 0]],
           "correct": [1, 0, 0, 1, 1, 0, 1, 0]}
+
+
+def add_collab(folder: Path, step: int, wrong: list[bool], asks: list[bool], error_row: bool = False) -> None:
+    """Collaboration conversations held at `step` of a run folder, as the callback stores them (`collab/step_<N>.jsonl`
+    and the record's `collab` summary, by `collab.dialogue.summarize`): four peer_check tasks whose answer started
+    wrong (`wrong`: each one's success), four that started right (all succeed), and four info_gap tasks (`asks`: each
+    one's first turn asks, and then succeeds). `error_row`: one more wrong-start conversation that failed with an error
+    (left out of every rate)."""
+    from uturn_train.collab.dialogue import summarize
+
+    def row(task_id, family, success, answer_right, model_turn, error=None):
+        return {"id": task_id, "family": family, "success": success, "turns": 1, "tokens": 5, "questions": 1,
+                "ended": "partner_ended", "error": error, "gold": "1", "final_answer": "1",
+                "answer_right": answer_right,
+                "messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": model_turn}]}
+
+    rows = [row(f"w{i}", "peer_check", ok, False, "Why 2 + 2?") for i, ok in enumerate(wrong)]
+    rows += [row(f"r{i}", "peer_check", True, True, "Why 2 + 2?") for i in range(4)]
+    rows += [row(f"g{i}", "info_gap", ask, None, "How many apples?" if ask else "#### 3") for i, ask in enumerate(asks)]
+    if error_row:
+        rows.append(row("w9", "peer_check", None, False, "", error="HTTP 500"))
+    (folder / "collab").mkdir(exist_ok=True)
+    (folder / "collab" / f"step_{step}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    history = [json.loads(line) for line in (folder / "probe_history.jsonl").read_text().splitlines()]
+    for record in history:
+        if record["step"] == step:
+            record["collab"] = summarize(rows, ["info_gap", "peer_check"])
+    (folder / "probe_history.jsonl").write_text("".join(json.dumps(r) + "\n" for r in history))

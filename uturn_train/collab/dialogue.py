@@ -67,6 +67,11 @@ def is_question(turn: str) -> bool:
     return "?" in turn and "####" not in turn
 
 
+def asked_first(record: dict) -> bool:
+    """Whether an info_gap conversation's first model turn (a [`run_collab`] record's) asks rather than answers."""
+    return len(record["messages"]) > 1 and is_question(record["messages"][1]["content"])
+
+
 @dataclass
 class _Conversation:
     task: CollabTask
@@ -126,8 +131,7 @@ def summarize(records: list[dict], families: list[str]) -> dict:
         for key in ("turns", "tokens", "questions"):
             s[key] = sum(r[key] for r in ok) / len(ok) if ok else None
         if family == "info_gap":
-            asked = [r for r in ok if len(r["messages"]) > 1 and is_question(r["messages"][1]["content"])]
-            s["asked_first"] = len(asked) / len(ok) if ok else None
+            s["asked_first"] = sum(map(asked_first, ok)) / len(ok) if ok else None
         else:
             s["wrong_start"] = _rate([r for r in ok if r["answer_right"] is False])
             s["right_start"] = _rate([r for r in ok if r["answer_right"] is True])

@@ -2,7 +2,7 @@
 (`report.md`)."""
 
 from ..probe.record import FOLLOWUP, GROUNDED, SHARES, temperature_label
-from .seeds import ONE_SEED, metrics_of
+from .seeds import COLLAB, ONE_SEED, metrics_of
 
 _CHECKPOINT_NAMES = {"step0": "step 0", "best": "best", "last": "last"}
 
@@ -73,8 +73,8 @@ def comparison_rows(report: dict) -> list[dict]:
 
 
 def _metric_name(metric: str, temperature: float | None) -> str:
-    if metric == "accuracy":
-        return "accuracy"
+    if metric == "accuracy" or metric in COLLAB:
+        return metric
     short = {FOLLOWUP: "follow-up", GROUNDED: "grounded", "distinct_followups": "distinct",
              "distinct_templates": "templates"}[metric]
     return f"{temperature_label(temperature)} {short}"
@@ -132,7 +132,10 @@ def _seed_sections(report: dict) -> list[str]:
     lines = ["## Runs across seeds", "",
              ("Per run, each checkpoint (picked per seed) with the mean over seeds, the 95% interval of a two-level "
               f"bootstrap (seeds, then prompts; {boot['resamples']} resamples, seed {boot['seed']}) and the seeds' "
-              "own values in parentheses. Distinct shares have no per-prompt value: mean and seeds only."), ""]
+              "own values in parentheses. Distinct shares have no per-prompt value: mean and seeds only. *collab*: "
+              "where runs held conversations with the oracle partner (`--probe_collab`), each family's success "
+              "(peer_check also when the answer started wrong) and info_gap's share whose first turn asks, the "
+              "tasks standing for the prompts."), ""]
     variants = report["variants"]
     present = {(m["metric"], m["temperature"]) for v in variants for c in v["checkpoints"].values() if c
                for m in c["metrics"]}

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..collab.dialogue import asked_first
 from ..io import read_jsonl
 from ..probe.record import FOLLOWUP, GROUNDED, SHARES, figure
 from ..stats import (
@@ -31,12 +32,30 @@ from ..stats import (
 )
 
 ONE_SEED = "1 seed: training variance unknown"
+# Collaboration at a checkpoint that held conversations with the oracle partner (`--probe_collab`, greedy): per
+# metric, the family, whether only the peer_check answers that started wrong count, and what a conversation counts.
+COLLAB = {"collab info_gap": ("info_gap", False, "success"),
+          "collab info_gap asked first": ("info_gap", False, "asked_first"),
+          "collab peer_check": ("peer_check", False, "success"),
+          "collab peer_check wrong start": ("peer_check", True, "success")}
 
 
 def metrics_of(metric: str, temperatures: list[float]) -> list[tuple[str, float | None]]:
-    """(metric, temperature) pairs of the tables across seeds: accuracy, then per temperature the rates and shares."""
+    """(metric, temperature) pairs of the tables across seeds: accuracy, then per temperature the rates and shares,
+    then collaboration success (runs without conversations have none, and the tables leave them out)."""
     rates = [FOLLOWUP] + ([GROUNDED] if metric == GROUNDED else [])
-    return [("accuracy", None)] + [(m, t) for t in temperatures for m in (*rates, *SHARES)]
+    return [("accuracy", None)] + [(m, t) for t in temperatures for m in (*rates, *SHARES)] + \
+        [(m, None) for m in COLLAB]
+
+
+def _figure(record: dict, metric: str, temperature: float | None) -> float | None:
+    """[`~uturn_train.probe.record.figure`], and the collaboration metrics from the record's `collab` summary."""
+    if metric not in COLLAB:
+        return figure(record, metric, temperature)
+    family, wrong_start, value = COLLAB[metric]
+    summary = (record.get("collab") or {}).get(family) or {}
+    summary = (summary.get("wrong_start") or {}) if wrong_start else summary
+    return summary.get("success_rate" if value == "success" else "asked_first")
 
 
 def variant_of(name: str, info: dict) -> tuple[str, int | None]:
@@ -72,17 +91,16 @@ def group_seeds(runs: list[dict]) -> list[dict]:
 
 
 class PromptValues:
-    """Per-prompt values of a run folder's checkpoint, read once from `probe/step_<N>.jsonl`."""
+    """Per-prompt values of a run folder's checkpoint, read once from `probe/step_<N>.jsonl` (per collaboration task
+    from `collab/step_<N>.jsonl`)."""
 
     def __init__(self):
-        self.cache: dict[tuple[str, int], list[dict] | None] = {}
+        self.cache: dict[tuple[str, str, int], list[dict] | None] = {}
 
     def __call__(self, run: dict, step: int, metric: str, temperature: float | None) -> dict[str, float] | None:
-        key = (run["dir"], step)
-        if key not in self.cache:
-            path = Path(run["dir"]) / "probe" / f"step_{step}.jsonl"
-            self.cache[key] = read_jsonl(path) if path.exists() else None
-        rows = self.cache[key]
+        if metric in COLLAB:
+            return self._collab(run, step, metric)
+        rows = self._rows(run, "probe", step)
         if rows is None or metric in SHARES:
             return None
         if metric == "accuracy":
@@ -98,6 +116,24 @@ class PromptValues:
                                                       else bool(r["grounded"]))
         return {i: float(np.mean(v)) for i, v in per_prompt.items()} or None
 
+    def _rows(self, run: dict, folder: str, step: int) -> list[dict] | None:
+        key = (run["dir"], folder, step)
+        if key not in self.cache:
+            path = Path(run["dir"]) / folder / f"step_{step}.jsonl"
+            self.cache[key] = read_jsonl(path) if path.exists() else None
+        return self.cache[key]
+
+    def _collab(self, run: dict, step: int, metric: str) -> dict[str, float] | None:
+        """Per task, 1 or 0, from the conversations held at the checkpoint (`collab/step_<N>.jsonl`); as the
+        record's summary, conversations that ended in an error are left out."""
+        rows = self._rows(run, "collab", step)
+        if rows is None:
+            return None
+        family, wrong_start, value = COLLAB[metric]
+        rows = [r for r in rows if r["family"] == family and r["error"] is None
+                and (not wrong_start or r["answer_right"] is False)]
+        return {r["id"]: float(asked_first(r) if value == "asked_first" else bool(r["success"])) for r in rows} or None
+
 
 def _per_seed(variant: dict, kind: str, metric: str, temperature: float | None) -> dict:
     """Per seed (None for an unseeded run), the history's value of `metric` at the seed's checkpoint `kind`."""
@@ -105,7 +141,7 @@ def _per_seed(variant: dict, kind: str, metric: str, temperature: float | None) 
     for run in variant["runs"]:
         checkpoint = run["picked"][kind]
         if checkpoint is not None:
-            value = figure(checkpoint, metric, temperature)
+            value = _figure(checkpoint, metric, temperature)
             if value is not None:
                 values[run["seed"]] = value
     return values
