@@ -33,11 +33,12 @@ from ..stats import (
 
 ONE_SEED = "1 seed: training variance unknown"
 # Collaboration at a checkpoint that held conversations with the oracle partner (`--probe_collab`, greedy): per
-# metric, the family, whether only the peer_check answers that started wrong count, and what a conversation counts.
-COLLAB = {"collab info_gap": ("info_gap", False, "success"),
+# metric, the family, whether only the peer_check answers that started wrong count, and the summary's figure (a
+# conversation counts its success, or whether its first turn asks).
+COLLAB = {"collab info_gap": ("info_gap", False, "success_rate"),
           "collab info_gap asked first": ("info_gap", False, "asked_first"),
-          "collab peer_check": ("peer_check", False, "success"),
-          "collab peer_check wrong start": ("peer_check", True, "success")}
+          "collab peer_check": ("peer_check", False, "success_rate"),
+          "collab peer_check wrong start": ("peer_check", True, "success_rate")}
 
 
 def metrics_of(metric: str, temperatures: list[float]) -> list[tuple[str, float | None]]:
@@ -52,10 +53,9 @@ def _figure(record: dict, metric: str, temperature: float | None) -> float | Non
     """[`~uturn_train.probe.record.figure`], and the collaboration metrics from the record's `collab` summary."""
     if metric not in COLLAB:
         return figure(record, metric, temperature)
-    family, wrong_start, value = COLLAB[metric]
+    family, wrong_start, key = COLLAB[metric]
     summary = (record.get("collab") or {}).get(family) or {}
-    summary = (summary.get("wrong_start") or {}) if wrong_start else summary
-    return summary.get("success_rate" if value == "success" else "asked_first")
+    return ((summary.get("wrong_start") or {}) if wrong_start else summary).get(key)
 
 
 def variant_of(name: str, info: dict) -> tuple[str, int | None]:
@@ -129,10 +129,10 @@ class PromptValues:
         rows = self._rows(run, "collab", step)
         if rows is None:
             return None
-        family, wrong_start, value = COLLAB[metric]
+        family, wrong_start, key = COLLAB[metric]
         rows = [r for r in rows if r["family"] == family and r["error"] is None
                 and (not wrong_start or r["answer_right"] is False)]
-        return {r["id"]: float(asked_first(r) if value == "asked_first" else bool(r["success"])) for r in rows} or None
+        return {r["id"]: float(asked_first(r) if key == "asked_first" else bool(r["success"])) for r in rows} or None
 
 
 def _per_seed(variant: dict, kind: str, metric: str, temperature: float | None) -> dict:
