@@ -20,6 +20,11 @@ accelerate launch --config_file accelerate_configs/cpu.yaml recipes/collab_grpo.
 accelerate launch --config_file accelerate_configs/cpu.yaml recipes/collab_grpo.py --config recipes/testbed/collab_objective.yaml
 ```
 
+# A real model on a CPU: SmolLM2-135M-Instruct, the collaboration objective on GSM8K (a short schedule: see the YAML)
+```bash
+accelerate launch --config_file accelerate_configs/cpu.yaml recipes/collab_grpo.py --config recipes/smollm2/collab_objective.yaml --seed 0
+```
+
 # Qwen3.5-2B with LoRA: one GPU (generation with transformers), or vLLM as a server. vLLM pins an older transformers
 # than this stack's, so it cannot be colocated in the training process (`--vllm_mode colocate`): it runs in its own
 # environment, `CUDA_VISIBLE_DEVICES=7 trl vllm-serve --model Qwen/Qwen3.5-2B` there, then on the other seven GPUs

@@ -17,7 +17,7 @@ ACCELERATE_CONFIGS = sorted((ROOT / "accelerate_configs").glob("*.yaml"))
 
 
 def test_configs_are_found():
-    assert {p.parent.name for p in RECIPE_CONFIGS} == {"qwen3.5-2b", "testbed"}
+    assert {p.parent.name for p in RECIPE_CONFIGS} == {"qwen3.5-2b", "smollm2", "testbed"}
     assert {p.stem for p in RECIPE_CONFIGS} == {"collab_sft", "collab_dpo", "collab_grpo", "collab_objective"}
     assert len(ACCELERATE_CONFIGS) == 6
     assert {p.parent.name for p in ABLATION_CONFIGS} == {"qwen3.5-2b", "testbed"}
@@ -63,12 +63,12 @@ LESSONS = {"collab_dpo": ("loss_type", "beta", "anchor_ratio", "mine_temperature
            "collab_sft": ("loss_scope",)}
 
 
-@pytest.mark.parametrize("name", sorted(LESSONS))
-def test_qwen_configs_carry_what_the_testbed_taught(name):
-    testbed, qwen = (yaml.safe_load((ROOT / "recipes" / d / f"{name}.yaml").read_text())
-                     for d in ("testbed", "qwen3.5-2b"))
-    differ = {k: (testbed.get(k), qwen.get(k)) for k in LESSONS[name] if testbed.get(k) != qwen.get(k)}
-    assert not differ, f"recipes/qwen3.5-2b/{name}.yaml departs from the testbed's measured choice: {differ}"
+@pytest.mark.parametrize(("model", "name"), [("qwen3.5-2b", n) for n in sorted(LESSONS)] +
+                         [("smollm2", "collab_objective")])
+def test_real_model_configs_carry_what_the_testbed_taught(model, name):
+    testbed, other = (yaml.safe_load((ROOT / "recipes" / d / f"{name}.yaml").read_text()) for d in ("testbed", model))
+    differ = {k: (testbed.get(k), other.get(k)) for k in LESSONS[name] if testbed.get(k) != other.get(k)}
+    assert not differ, f"recipes/{model}/{name}.yaml departs from the testbed's measured choice: {differ}"
 
 
 @pytest.mark.parametrize("path", [p for p in RECIPE_CONFIGS if p.stem == "collab_dpo"], ids=lambda p: p.parent.name)
