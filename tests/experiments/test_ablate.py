@@ -62,9 +62,11 @@ DPO = str(ROOT / "recipes" / "testbed" / "collab_dpo.yaml")
                                                                      "multi_node_zero3.yaml")},
      r"field `accelerate_config`: .*spans 2 machines"),
     ({"recipe": "collab_dpo", "config": DPO}, {"group": "x"}, r"unknown field\(s\) \['group'\]"),
+    ({"recipe": "collab_dpo", "config": DPO}, {"start_first": ["collab_sft-seed0"]},
+     r"field `start_first`: expected a list of this file's run names .*the runs: \['collab_dpo', 'first'\]"),
 ], ids=["recipe", "config", "typo", "other-recipe", "value", "reserved", "duplicate", "seeds", "seeds-bool",
         "seeds-twice", "seeds-and-seed", "file-seeds", "file-seeds-empty", "same-name-other-seeds", "multi-node",
-        "field"])
+        "field", "start-first"])
 def test_bad_files_fail_before_anything_runs(run, fields, error, tmp_path):
     path = write_ablation(tmp_path, [{"recipe": "collab_sft", "config": SFT, "name": "first"}, run], **fields)
     with pytest.raises(ValueError, match=error):

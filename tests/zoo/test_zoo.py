@@ -259,3 +259,29 @@ def test_models_are_built_outside_zero3_and_the_switch_comes_back(home, monkeypa
     finally:
         unset_hf_deepspeed_config()
         del config
+
+
+RESOLVE_TESTBED = """import sys
+from uturn_train import ProbeArguments, zoo
+from uturn_train.commands.probe import ProbeScriptArguments
+probe = ProbeScriptArguments(model="testbed", task="testbed")
+callback = ProbeArguments(probe_task="testbed", probe_collab="testbed")
+zoo.resolve(probe, callback)
+print("resolved", open(callback.probe_collab).read().count("\\n"), probe.model)
+"""
+
+
+def test_runs_started_together_from_an_empty_home_take_turns(home):
+    """Two processes resolving `testbed` at once from an empty `$UTURN_HOME` (two runs of `uturn ablate --jobs 2`): one
+    installs, the other waits and finds it. Without the lock the second install replaced the folder the first was
+    reading, and its `collab.jsonl` was gone."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    procs = [subprocess.Popen([sys.executable, "-c", RESOLVE_TESTBED], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in outs]
+    lines = [next(line.split()[1:] for line in out.splitlines() if line.startswith("resolved ")) for out, _ in outs]
+    assert lines[0] == lines[1] and int(lines[0][0]) > 0 and lines[0][1] == str(home / "testbed")
+    installs = [err.count("The testbed is not installed yet") for _, err in outs]
+    assert sorted(installs) == [0, 1], "one process installs, the other finds it installed"
+    assert sorted(p.name for p in home.iterdir()) == ["testbed"]  # no leftover temporary folders

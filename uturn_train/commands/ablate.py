@@ -1,7 +1,9 @@
-"""`uturn ablate`: post-training objectives side by side, each on several seeds, one run after another (or a SLURM
-array), then the report ([`~uturn_train.experiments.ablate`] describes the ablation file and what it writes).
+"""`uturn ablate`: post-training objectives side by side, each on several seeds, one run after another (or several at
+once, or a SLURM array), then the report ([`~uturn_train.experiments.ablate`] describes the ablation file and what it
+writes).
 
     uturn ablate --config recipes/testbed/ablation.yaml                 # runs here, then `uturn report` on --out
+    uturn ablate --config recipes/testbed/ablation.yaml --jobs 2        # 2 runs at once, each with half the cores
     uturn ablate --config recipes/testbed/ablation.yaml --dry_run       # prints the commands, runs nothing
     uturn ablate --config recipes/qwen3.5-2b/ablation.yaml --slurm      # writes an sbatch array script
 """
@@ -22,6 +24,9 @@ def make_parser() -> argparse.ArgumentParser:
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--dry_run", action="store_true", help="print the commands, run nothing")
     mode.add_argument("--slurm", action="store_true", help="write an sbatch array script (one task per run)")
+    parser.add_argument("--jobs", type=int, default=1, metavar="N", help="runs at once (default 1), each with its "
+                        "share of the machine: cores / N threads on a CPU, its own GPUs otherwise (the accelerate "
+                        "config's num_processes each); the file's `start_first` runs start first")
     parser.add_argument("--only", default=None, metavar="NAME", help="run only this (run, seed) (what each array "
                         "task does), or every seed of this run")
     return dashed_aliases(parser)
@@ -40,6 +45,8 @@ def main(argv: list[str]) -> None:
             done = " (finished before: would be skipped)" if run.name in finished else ""
             print(f"# [{k}/{len(runs)}] {run.name}{seed}{done}\n{shell_command(run)}")
         return
+    if args.slurm and args.jobs != 1:
+        raise ValueError("--jobs runs several runs at once here; a SLURM array (--slurm) runs each as its own task")
     if args.slurm:
         script = write_sbatch(spec, runs, out, args.config)
         print(f"{script}: {len(runs)} array tasks, one per (run, seed). Submit from this directory, the report "
@@ -47,7 +54,7 @@ def main(argv: list[str]) -> None:
               f"  jid=$(sbatch --parsable {script}) && sbatch --dependency=afterany:$jid --wrap 'uturn report {out}'")
         return
     try:
-        statuses = run_ablation(spec, runs, out, only=args.only)
+        statuses = run_ablation(spec, runs, out, only=args.only, jobs=args.jobs)
     except KeyboardInterrupt:
         sys.exit(130)
     failed = {n: s for n, s in statuses.items() if s.startswith("failed")}

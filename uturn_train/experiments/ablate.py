@@ -1,7 +1,8 @@
-"""`uturn ablate`: post-training objectives side by side, each on several seeds, one run after another (or a SLURM
-array), then the report.
+"""`uturn ablate`: post-training objectives side by side, each on several seeds, one run after another (or several at
+once, or a SLURM array), then the report.
 
     uturn ablate --config recipes/testbed/ablation.yaml                 # runs here, then `uturn report` on --out
+    uturn ablate --config recipes/testbed/ablation.yaml --jobs 2        # 2 runs at once, each with half the cores
     uturn ablate --config recipes/testbed/ablation.yaml --dry_run       # prints the commands, runs nothing
     uturn ablate --config recipes/qwen3.5-2b/ablation.yaml --slurm      # writes an sbatch array script
 
@@ -11,6 +12,7 @@ The ablation file (paths relative to the directory you run from, like the recipe
     accelerate_config: accelerate_configs/cpu.yaml   # `accelerate launch --config_file` of every run (one machine)
     tags: [testbed]                   # optional: W&B tags of every run (WANDB_TAGS)
     seeds: [0, 1, 2]                  # optional: every run once per seed (`--seed N`), the probe's prompts fixed
+    start_first: [collab-objective]   # optional: with --jobs, these runs start before the others (the longest)
     overrides: {probe_limit: 100}     # optional: flags of every run, before each run's own
     runs:
       - recipe: collab_sft            # recipes/<recipe>.py
@@ -21,12 +23,14 @@ The ablation file (paths relative to the directory you run from, like the recipe
         tags: [sft]                   # optional: more W&B tags
 
 Every (run, seed) is `accelerate launch --config_file <accelerate_config> recipes/<recipe>.py --config <config>
---output_dir <out>/<name> --run_name <name> <overrides> --seed <seed>`, named `<run>-seed<seed>` (the run's name
-alone without seeds), logged to `<out>/<name>/train.log`; when it exits, the marker `<out>/<name>/ablation_run.json`
-(command, exit code, times) is written atomically. A rerun skips the runs whose marker has exit code 0 and starts the
-others over, their earlier folder moved to `<out>/.partial/` (never resumed: the probe history is appended to, and DPO
-mines before training). Ctrl-C or SIGTERM stops the run's process group and writes no marker. Bad files, and finished
-runs whose command the file has changed since, fail before anything runs. More in docs/ablations.md.
+--output_dir <out>/<name> --run_name <name> <overrides> --seed <seed>`, named `<run>-seed<seed>` (the run's name alone
+without seeds), logged to `<out>/<name>/train.log`; when it exits, the marker `<out>/<name>/ablation_run.json` (command,
+exit code, times) is written atomically. With `--jobs N`, N runs at a time, each with its share of the machine
+([`slot_envs`]: threads, GPUs); the report keeps the file's order whatever order they ran in. A rerun skips the runs
+whose marker has exit code 0 and starts the others over, their earlier folder moved to `<out>/.partial/` (never resumed:
+the probe history is appended to, and DPO mines before training). Ctrl-C or SIGTERM stops the running runs' process
+groups and writes no marker for them. Bad files, and finished runs whose command the file has changed since, fail before
+anything runs. More in docs/ablations.md.
 """
 import contextlib
 import json
@@ -37,7 +41,7 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import yaml
@@ -46,8 +50,8 @@ from ..io import atomic_open, ensure_writable_dir, write_json
 from .ablation_file import Run, load_ablation
 from .layout import LOG, MARKER, PLAN
 
-__all__ = ["Run", "count_runs", "finished_runs", "launch", "load_ablation", "run_ablation", "shell_command",
-           "write_sbatch"]
+__all__ = ["Run", "count_runs", "finished_runs", "load_ablation", "run_ablation", "shell_command",
+           "launch_argv", "slot_envs", "write_sbatch"]
 
 
 
@@ -84,94 +88,177 @@ def finished_runs(runs: list[Run], out: Path) -> dict[str, dict]:
     return finished
 
 
-def _stop(proc: subprocess.Popen) -> None:
-    """Ctrl-C for the run's whole process group (accelerate and its workers), then SIGKILL for what is left."""
-    try:
-        os.killpg(proc.pid, signal.SIGINT)
-        proc.wait(timeout=10)
-    except (ProcessLookupError, subprocess.TimeoutExpired):
-        pass
-    finally:
+def _stop(procs: list[subprocess.Popen]) -> None:
+    """Ctrl-C for each run's whole process group (accelerate and its workers), all at once; then, after 10 s, SIGKILL
+    for what is left."""
+    for proc in procs:
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+            os.killpg(proc.pid, signal.SIGINT)
+    deadline = time.time() + 10
+    try:
+        for proc in procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=max(deadline - time.time(), 0))
+    finally:  # also when a second Ctrl-C cuts the wait short
+        for proc in procs:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
 
 
 def _interrupt(signum, frame):
     raise KeyboardInterrupt  # SIGTERM (kill, scancel) stops the run like Ctrl-C does
 
 
-def launch(run: Run, folder: Path, position: str) -> dict:
-    """Run one training in its own process group, log to `folder/train.log`, write the marker when it exits.
+def slot_envs(accelerate_config: str | Path, jobs: int) -> list[dict[str, str]]:
+    """What each of `jobs` runs at once gets of this machine, as environment variables: its share of the CPU cores
+    (`OMP_NUM_THREADS`: the cores divided among the runs' processes; torch's threads of two runs on the same cores wait
+    on each other: 2 runs x 2 threads on 2 cores took 3.7x as long as 2 runs x 1 thread, docs/ablations.md) and, unless
+    the accelerate config is a CPU one, its own GPUs (`CUDA_VISIBLE_DEVICES`, the config's `num_processes` each). One
+    run at a time keeps the environment as it is."""
+    if jobs < 1:
+        raise ValueError(f"--jobs must be at least 1, got {jobs}")
+    if jobs == 1:
+        return [{}]
+    accelerate = yaml.safe_load(Path(accelerate_config).read_text(encoding="utf-8")) or {}
+    each = 1 if accelerate.get("use_cpu") else int(accelerate.get("num_processes", 1))  # processes of a run
+    cpus = len(os.sched_getaffinity(0))
+    if jobs * each > cpus:
+        raise ValueError(f"--jobs {jobs}: {jobs * each} processes at once, more than the {cpus} CPU cores this process "
+                         f"may use (each needs one); use --jobs {max(cpus // each, 1)} or fewer")
+    # Every process of a run gets OMP_NUM_THREADS (accelerate passes it on): the cores divided among all of them.
+    envs = [{"OMP_NUM_THREADS": str(cpus // (jobs * each))} for _ in range(jobs)]
+    if accelerate.get("use_cpu"):
+        return envs
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        import torch
 
-    Returns:
-        `dict`: the marker. A KeyboardInterrupt stops the run's processes and leaves no marker.
-    """
-    argv = [sys.executable, "-m", "accelerate.commands.launch", *run.command[2:]]  # this environment's accelerate
-    started = time.time()
-    with open(folder / LOG, "wb") as log:
-        # A session of its own: the terminal's Ctrl-C reaches only us, and we stop the whole group.
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **run.env},
-                                start_new_session=True)
-        print(f"{position} {run.name}: running (pid {proc.pid}), log {folder / LOG}", flush=True)
-        try:
-            exit_code = proc.wait()
-        except KeyboardInterrupt:
-            _stop(proc)
-            raise
+        devices = [str(i) for i in range(torch.cuda.device_count())]
+    else:
+        devices = [d.strip() for d in visible.split(",") if d.strip()]
+    if jobs * each > len(devices):
+        raise ValueError(f"--jobs {jobs}: each run takes {each} GPU(s) (`num_processes` of {accelerate_config}), "
+                         f"{jobs * each} in all, but {len(devices)} are visible here; use --jobs "
+                         f"{max(len(devices) // each, 1)} or fewer")
+    return [{**env, "CUDA_VISIBLE_DEVICES": ",".join(devices[i * each:(i + 1) * each])} for i, env in enumerate(envs)]
+
+
+@dataclass
+class _Started:
+    run: Run
+    folder: Path
+    position: str
+    share: dict  # this run's slot of the machine (`slot_envs`)
+    proc: subprocess.Popen
+    log: object
+    started: float
+
+
+def launch_argv(run: Run, share: dict[str, str]) -> list[str]:
+    """The run's `accelerate launch` in this environment. With several runs at once, a multi-process run takes a free
+    port of its own, and a run given GPUs keeps them: accelerate would otherwise set `CUDA_VISIBLE_DEVICES` to the
+    config's `gpu_ids` (single_gpu.yaml: `'0'`, every run on GPU 0)."""
+    port = ["--main_process_port", "0"] if share else []
+    gpus = ["--gpu_ids", "all"] if "CUDA_VISIBLE_DEVICES" in share else []
+    return [sys.executable, "-m", "accelerate.commands.launch", *port, *gpus, *run.command[2:]]
+
+
+def _start(run: Run, folder: Path, position: str, share: dict[str, str]) -> _Started:
+    """Start one training in its own process group, logging to `folder/train.log`."""
+    argv = launch_argv(run, share)
+    log = open(folder / LOG, "wb")  # noqa: SIM115 - closed by _finish, or on an interrupt
+    # A session of its own: the terminal's Ctrl-C reaches only us, and we stop the whole group.
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **run.env, **share},
+                            start_new_session=True)
+    shared = "".join(f"{k}={v}, " for k, v in share.items())
+    print(f"{position} {run.name}: running (pid {proc.pid}), {shared}log {folder / LOG}", flush=True)
+    return _Started(run, folder, position, share, proc, log, time.time())
+
+
+def _finish(started: _Started, exit_code: int) -> dict:
+    """Write the marker of a run that exited, atomically; returns it."""
+    started.log.close()
     finished = time.time()
-    marker = {**asdict(run), "command": shell_command(run), "exit_code": exit_code,
-              "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
+    marker = {**asdict(started.run), "command": shell_command(started.run), "exit_code": exit_code,
+              "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started.started)),
               "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(finished)),
-              "wall_seconds": round(finished - started, 1), "host": socket.gethostname(), "log": LOG}
-    write_json(folder / MARKER, marker)
+              "wall_seconds": round(finished - started.started, 1), "host": socket.gethostname(), "log": LOG,
+              **({"share": started.share} if started.share else {})}
+    write_json(started.folder / MARKER, marker)
     return marker
 
 
-def run_ablation(spec: dict, runs: list[Run], out: Path, only: str | None = None) -> dict[str, str]:
-    """Run the runs that have not finished yet, one after another; see the module docstring. `only`: one run's name,
-    or a variant's (all its seeds).
+def _report(started: _Started, marker: dict) -> str:
+    position, folder, name = started.position, started.folder, started.run.name
+    if marker["exit_code"] == 0:
+        print(f"{position} {name}: done in {marker['wall_seconds']:.0f} s", flush=True)
+        return "done"
+    tail = (folder / LOG).read_text(encoding="utf-8", errors="replace").splitlines()[-20:]
+    print(f"{position} {name}: FAILED (exit {marker['exit_code']}) after {marker['wall_seconds']:.0f} s; the others "
+          f"go on. Last lines of {folder / LOG}:\n" + "\n".join(f"    {t}" for t in tail), flush=True)
+    return f"failed (exit {marker['exit_code']})"
+
+
+def _fresh_folder(out: Path, run: Run, position: str) -> Path:
+    folder = out / run.name
+    if folder.exists():
+        aside = out / ".partial" / f"{run.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+        aside.parent.mkdir(exist_ok=True)
+        os.replace(folder, aside)
+        print(f"{position} {run.name}: an earlier attempt did not finish; its folder moved to {aside}")
+    folder.mkdir(parents=True)
+    return folder
+
+
+def run_ablation(spec: dict, runs: list[Run], out: Path, only: str | None = None, jobs: int = 1) -> dict[str, str]:
+    """Run the runs that have not finished yet, `jobs` at a time (each with its share of the machine, `slot_envs`;
+    the file's `start_first` runs before the others), see the module docstring. `only`: one run's name, or a variant's
+    (all its seeds).
 
     Returns:
-        `dict[str, str]`: per run, `done`, `skipped` (finished before) or `failed (exit N)`.
+        `dict[str, str]`: per run, in the file's order, `done`, `skipped` (finished before) or `failed (exit N)`.
     """
     selected = [r for r in runs if only in (None, r.name, r.variant)]
+    shares = slot_envs(spec["accelerate_config"], jobs)
     finished = finished_runs(selected, out)
     _write_plan(spec, runs, out)
-    statuses = {}
+    statuses, todo = {}, []
+    for k, run in enumerate(selected, 1):
+        position = f"[{k}/{len(selected)}]"
+        if run.name in finished:
+            print(f"{position} {run.name}: finished before ({finished[run.name]['wall_seconds']:.0f} s), skipped")
+            statuses[run.name] = "skipped"
+        else:
+            todo.append((position, run))
+    if jobs > 1:  # the longest first, the others beside them; sorted is stable: otherwise the file's order
+        first = set(spec.get("start_first") or [])
+        todo.sort(key=lambda item: item[1].variant not in first and item[1].name not in first)
+    free, running = list(range(len(shares))), {}
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
-        for k, run in enumerate(selected, 1):
-            position, folder = f"[{k}/{len(selected)}]", out / run.name
-            marker = finished.get(run.name)
-            if marker is not None:
-                print(f"{position} {run.name}: finished before ({marker['wall_seconds']:.0f} s), skipped")
-                statuses[run.name] = "skipped"
-                continue
-            if folder.exists():
-                aside = out / ".partial" / f"{run.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-                aside.parent.mkdir(exist_ok=True)
-                os.replace(folder, aside)
-                print(f"{position} {run.name}: an earlier attempt did not finish; its folder moved to {aside}")
-            folder.mkdir(parents=True)
-            try:
-                marker = launch(run, folder, position)
-            except KeyboardInterrupt:
-                print(f"{position} {run.name}: interrupted; its processes were stopped and no marker written, so a "
-                      "rerun starts it over", flush=True)
-                raise
-            if marker["exit_code"] == 0:
-                statuses[run.name] = "done"
-                print(f"{position} {run.name}: done in {marker['wall_seconds']:.0f} s", flush=True)
-            else:
-                statuses[run.name] = f"failed (exit {marker['exit_code']})"
-                tail = (folder / LOG).read_text(encoding="utf-8", errors="replace").splitlines()[-20:]
-                print(f"{position} {run.name}: FAILED (exit {marker['exit_code']}) after {marker['wall_seconds']:.0f} "
-                      f"s; the others go on. Last lines of {folder / LOG}:\n" + "\n".join(f"    {t}" for t in tail),
-                      flush=True)
+        while todo or running:
+            while todo and free:
+                slot = free.pop(0)
+                position, run = todo.pop(0)
+                running[slot] = _start(run, _fresh_folder(out, run, position), position, shares[slot])
+            time.sleep(0.2)
+            for slot, started in list(running.items()):
+                exit_code = started.proc.poll()
+                if exit_code is not None:
+                    del running[slot]
+                    free.append(slot)
+                    statuses[started.run.name] = _report(started, _finish(started, exit_code))
+    except BaseException:  # Ctrl-C, SIGTERM, or an error here (a full disk) while runs go on: none is left behind
+        _stop([started.proc for started in running.values()])
+        for started in running.values():
+            started.log.close()
+            print(f"{started.position} {started.run.name}: interrupted; its processes were stopped and no marker "
+                  "written, so a rerun starts it over", flush=True)
+        raise
     finally:
         signal.signal(signal.SIGTERM, previous)
-    return statuses
+    return {r.name: statuses[r.name] for r in selected}
 
 
 def write_sbatch(spec: dict, runs: list[Run], out: Path, config: str) -> Path:

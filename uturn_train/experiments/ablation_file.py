@@ -16,7 +16,7 @@ import yaml
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 SET_BY_ABLATE = ("output_dir", "run_name", "config")
-FILE_FIELDS, RUN_FIELDS = ("name", "accelerate_config", "tags", "seeds", "overrides", "runs"), \
+FILE_FIELDS, RUN_FIELDS = ("name", "accelerate_config", "tags", "seeds", "overrides", "runs", "start_first"), \
     ("recipe", "config", "overrides", "seeds", "name", "tags")
 
 
@@ -194,6 +194,11 @@ def load_ablation(path: str | Path, out: str | Path | None = None) -> tuple[dict
                    **({"WANDB_TAGS": ",".join(run_tags)} if run_tags else {})}
             runs.append(Run(name, run_name, recipe, str(entry["config"]), dict(own), overrides, run_tags, command,
                             env, variant, seed))
+    first = spec.get("start_first", [])
+    known = {n for r in runs for n in (r.name, r.variant)}
+    if not (isinstance(first, list) and all(isinstance(n, str) for n in first)) or set(first) - known:
+        raise ValueError(f"{path}: field `start_first`: expected a list of this file's run names (the runs to start "
+                         f"first with --jobs), got {first!r}; the runs: {sorted({r.variant for r in runs})}")
     names = [r.name for r in runs]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:

@@ -26,10 +26,14 @@ Reading GGUF needs the `gguf` package (a dependency of this project). No core mo
 (`tests/test_layers.py`). The GGUF side is `gguf.py`, the Qwen3.5-2B stand-in `qwen3_5_2b.py`.
 """
 
+import contextlib
+import fcntl
+import os
+
 from ..distributed import outside_zero3
 from ..probe.settings import LABELER_OPTIONS, resolve_labelers
 from ..testbed import resolve as resolve_testbed
-from .gguf import SMOLLM2, FetchError, convert_gguf, fetch_smollm2, gguf_file
+from .gguf import SMOLLM2, FetchError, _home, convert_gguf, fetch_smollm2, gguf_file
 from .qwen3_5_2b import NAME as STAND_IN
 from .qwen3_5_2b import ensure_stand_in
 
@@ -47,10 +51,27 @@ def resolve(*configs) -> None:
     `smollm2-135m-instruct` become its converted folder (fetched and converted if missing), `qwen3.5-2b-random` its
     built folder (built if missing), a `.gguf` file or a folder
     holding exactly one become the file's converted folder. Other values are left as they are. Under several processes,
-    call it on every one inside `main_process_first`, so that one fetches or converts while the others wait.
+    call it on every one inside `main_process_first`, so that one fetches or converts while the others wait. Separate
+    runs (`uturn ablate --jobs`) take turns through a lock on `$UTURN_HOME`.
     """
-    with outside_zero3():
+    with outside_zero3(), _one_process_at_a_time():
         _resolve(configs)
+
+
+@contextlib.contextmanager
+def _one_process_at_a_time():
+    """An exclusive lock on the folder that holds `$UTURN_HOME` (a lock on a folder leaves no file anywhere, and a
+    resolve that fails leaves nothing in `$UTURN_HOME`), released when the process ends however it ends: two runs
+    started together from an empty `$UTURN_HOME` would otherwise both install the testbed, the second replacing the
+    folder the first was reading (seen with `uturn ablate --jobs 2`: `collab.jsonl is not a file`)."""
+    parent = _home().parent
+    parent.mkdir(parents=True, exist_ok=True)
+    folder = os.open(parent, os.O_RDONLY)
+    try:
+        fcntl.flock(folder, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(folder)
 
 
 def _resolve(configs) -> None:
