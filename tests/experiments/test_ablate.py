@@ -1,7 +1,6 @@
 """`uturn ablate`: bad files fail before anything runs; dry run and SLURM script; and, on a tiny model, two runs end to
 end, interrupted after the first, resumed without repeating it, with a failing run reported while the others go on."""
 
-import contextlib
 import json
 import os
 import re
@@ -10,26 +9,15 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
-import yaml
 from helpers import ROOT
+from helpers.ablation import SFT, SLEEPER, group_alive, kill_leftovers, wait_for, write_ablation
 from helpers.conversations import conversations
 
 from uturn_train.commands.ablate import main
 from uturn_train.experiments.ablate import load_ablation
 
-
-def write_ablation(tmp_path: Path, runs: list[dict], common: dict | None = None, **fields) -> Path:
-    spec = {"name": "tiny-ablation", "accelerate_config": str(ROOT / "accelerate_configs" / "cpu.yaml"),
-            "tags": ["test"], "overrides": common or {}, "runs": runs, **fields}
-    path = tmp_path / "ablation.yaml"
-    path.write_text(yaml.safe_dump(spec, sort_keys=False))
-    return path
-
-
-SFT = str(ROOT / "recipes" / "testbed" / "collab_sft.yaml")
 DPO = str(ROOT / "recipes" / "testbed" / "collab_dpo.yaml")
 
 
@@ -197,59 +185,6 @@ def test_seeds_give_one_folder_marker_and_array_task_per_run_and_seed(tmp_path, 
         {n: t for n, t in kept.items() if n != "toy-steps-2-seed1"}
 
 
-def _wait_for(predicate, timeout: float, what: str, proc: subprocess.Popen, log: Path):
-    deadline = time.time() + timeout
-    while not predicate():
-        if proc.poll() is not None:
-            raise AssertionError(f"ablate exited ({proc.returncode}) before {what}:\n{log.read_text()}")
-        if time.time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}:\n{log.read_text()}")
-        time.sleep(0.5)
-
-
-def _kill_leftovers(proc: subprocess.Popen, log: Path) -> None:
-    """After a failed check: ablate and every run it started, so that a failing test leaves nothing running."""
-    for pgid in [proc.pid, *map(int, re.findall(r"running \(pid (\d+)\)", log.read_text()))]:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pgid, signal.SIGKILL)
-
-
-def _group_alive(pgid: int, grace: float = 30.0) -> bool:
-    """Whether a live (not zombie) process of group `pgid` is still left after `grace` seconds; orphans may wait as
-    zombies for a PID 1 that does not reap them. SIGKILL is asynchronous: a killed training process can take seconds
-    to free its memory and exit on a loaded machine (one such failure seen with 3 jobs on 2 cores)."""
-    deadline = time.time() + grace
-    while True:
-        alive = False
-        for stat in Path("/proc").glob("[0-9]*/stat"):
-            try:
-                fields = stat.read_text().rsplit(")", 1)[1].split()
-            except OSError:  # the process ended meanwhile
-                continue
-            alive = alive or (int(fields[2]) == pgid and fields[0] not in "ZX")
-        if not alive or time.time() > deadline:
-            return alive
-        time.sleep(0.5)
-
-
-SLEEPER = """import argparse, subprocess, time
-from pathlib import Path
-
-
-def make_parser():
-    parser = argparse.ArgumentParser()
-    for flag in ("--config", "--output_dir", "--run_name", "--steps"):
-        parser.add_argument(flag)
-    return parser
-
-
-if __name__ == "__main__":
-    args = make_parser().parse_args()
-    Path(args.output_dir, "grandchild.pid").write_text(str(subprocess.Popen(["sleep", "300"]).pid))
-    time.sleep(300)
-"""
-
-
 def test_sigterm_stops_the_whole_run_and_leaves_no_marker(tmp_path):
     """A recipe that starts a grandchild and waits: SIGTERM (kill, scancel) to ablate ends all of them."""
     recipes = tmp_path / "recipes"
@@ -266,15 +201,15 @@ def test_sigterm_stops_the_whole_run_and_leaves_no_marker(tmp_path):
         proc = subprocess.Popen(cmd, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=f, stderr=subprocess.STDOUT,
                                 start_new_session=True)
     try:
-        _wait_for(lambda: (out / "sleeper" / "grandchild.pid").exists(), 120, "the grandchild", proc, log)
+        wait_for(lambda: (out / "sleeper" / "grandchild.pid").exists(), 120, "the grandchild", proc, log)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 130, log.read_text()
     except BaseException:
-        _kill_leftovers(proc, log)
+        kill_leftovers(proc, log)
         raise
     child = int(re.search(r"sleeper: running \(pid (\d+)\)", log.read_text()).group(1))
-    alive = _group_alive(child)
-    _kill_leftovers(proc, log)
+    alive = group_alive(child)
+    kill_leftovers(proc, log)
     assert not alive, "accelerate, the recipe and its grandchild must all be gone"
     assert not (out / "sleeper" / "ablation_run.json").exists()
 
@@ -312,18 +247,18 @@ def test_interrupted_ablation_resumes_without_repeating_a_finished_run(tiny_qwen
     with open(log, "w") as f:
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        _wait_for(lambda: (first / "ablation_run.json").exists(), 600, "the first run's marker", proc, log)
+        wait_for(lambda: (first / "ablation_run.json").exists(), 600, "the first run's marker", proc, log)
         pid = re.compile(r"\[2/3\] collab_sft-loss_scope-user: running \(pid (\d+)\)")
-        _wait_for(lambda: pid.search(log.read_text()), 60, "the second run to start", proc, log)
+        wait_for(lambda: pid.search(log.read_text()), 60, "the second run to start", proc, log)
         time.sleep(3)  # well inside the second run (its imports take longer)
         proc.send_signal(signal.SIGINT)  # Ctrl-C
         assert proc.wait(timeout=60) == 130, log.read_text()
     except BaseException:
-        _kill_leftovers(proc, log)
+        kill_leftovers(proc, log)
         raise
     child = int(pid.search(log.read_text()).group(1))
-    alive = _group_alive(child)
-    _kill_leftovers(proc, log)
+    alive = group_alive(child)
+    kill_leftovers(proc, log)
     assert not alive, "the interrupted run's processes must be gone"
     assert "interrupted; its processes were stopped and no marker written" in log.read_text()
     assert not (second / "ablation_run.json").exists() and not (out / "broken").exists()

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 from helpers import ROOT
-from test_ablate import SFT, SLEEPER, _group_alive, _kill_leftovers, _wait_for, write_ablation
+from helpers.ablation import SFT, SLEEPER, group_alive, kill_leftovers, wait_for, write_ablation
 
 from uturn_train.commands.ablate import main
 from uturn_train.experiments.ablate import launch_argv, load_ablation, slot_envs
@@ -125,16 +125,16 @@ def test_sigterm_stops_every_running_run(tmp_path):
                                 start_new_session=True)
     try:
         for name in ("one", "two"):
-            _wait_for(lambda n=name: (out / n / "grandchild.pid").exists(), 120, f"{name}'s grandchild", proc, log)
+            wait_for(lambda n=name: (out / n / "grandchild.pid").exists(), 120, f"{name}'s grandchild", proc, log)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 130, log.read_text()
     except BaseException:
-        _kill_leftovers(proc, log)
+        kill_leftovers(proc, log)
         raise
     text = log.read_text()
     children = [int(p) for p in re.findall(r"(?:one|two): running \(pid (\d+)\)", text)]
-    alive = [c for c in children if _group_alive(c)]
-    _kill_leftovers(proc, log)
+    alive = [c for c in children if group_alive(c)]
+    kill_leftovers(proc, log)
     assert len(children) == 2 and not alive, "both runs' processes must be gone"
     assert text.count("interrupted; its processes were stopped and no marker written") == 2
     assert not any((out / n / "ablation_run.json").exists() for n in ("one", "two")) and not (out / "three").exists()

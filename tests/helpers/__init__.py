@@ -1,6 +1,7 @@
 """Pieces the tests share: the repository's paths, tiny offline models (`tiny`), servers (`serve`), W&B record readers
-(`wandb_records`), hand-made data (`conversations`, `report_runs`, `grounding_cases`), the recipes as modules
-(`load_recipe`), and the scripts the multi-process tests launch (`train_with_probe`, `zero3_*`)."""
+(`wandb_records`), hand-made data (`conversations`, `report_runs`, `grounding_cases`), `uturn ablate`'s pieces
+(`ablation`), the recipes as modules (`load_recipe`), and the scripts the multi-process tests launch
+(`train_with_probe`, `zero3_*`)."""
 
 import importlib.util
 from pathlib import Path

@@ -33,7 +33,8 @@ import os
 from ..distributed import outside_zero3
 from ..probe.settings import LABELER_OPTIONS, resolve_labelers
 from ..testbed import resolve as resolve_testbed
-from .gguf import SMOLLM2, FetchError, _home, convert_gguf, fetch_smollm2, gguf_file
+from ..testbed import testbed_dir
+from .gguf import SMOLLM2, FetchError, convert_gguf, fetch_smollm2, gguf_file
 from .qwen3_5_2b import NAME as STAND_IN
 from .qwen3_5_2b import ensure_stand_in
 
@@ -64,7 +65,7 @@ def _one_process_at_a_time():
     resolve that fails leaves nothing in `$UTURN_HOME`), released when the process ends however it ends: two runs
     started together from an empty `$UTURN_HOME` would otherwise both install the testbed, the second replacing the
     folder the first was reading (seen with `uturn ablate --jobs 2`: `collab.jsonl is not a file`)."""
-    parent = _home().parent
+    parent = testbed_dir().parent.parent  # `$UTURN_HOME`'s folder
     parent.mkdir(parents=True, exist_ok=True)
     folder = os.open(parent, os.O_RDONLY)
     try:
