@@ -180,6 +180,9 @@ def test_seeds_give_one_folder_marker_and_array_task_per_run_and_seed(tmp_path, 
     assert "[1/3] toy-steps-2-seed0: finished before" in printed
     assert "[3/3] toy-steps-2-seed2: finished before" in printed
     assert "[2/3] toy-steps-2-seed1: an earlier attempt did not finish" in printed and "short" not in printed
+    # One at a time, each run is said in the file's order, a finished one where it comes.
+    assert printed.index("[1/3] toy-steps-2-seed0: finished before") < printed.index("[2/3] toy-steps-2-seed1: an") \
+        < printed.index("[2/3] toy-steps-2-seed1: done") < printed.index("[3/3] toy-steps-2-seed2: finished before")
     assert json.loads((out / "toy-steps-2-seed1" / "ablation_run.json").read_text())["exit_code"] == 0
     assert {n: (out / n / "ablation_run.json").stat().st_mtime_ns for n in markers if n != "toy-steps-2-seed1"} == \
         {n: t for n, t in kept.items() if n != "toy-steps-2-seed1"}

@@ -223,14 +223,7 @@ def run_ablation(spec: dict, runs: list[Run], out: Path, only: str | None = None
     shares = slot_envs(spec["accelerate_config"], jobs)
     finished = finished_runs(selected, out)
     _write_plan(spec, runs, out)
-    statuses, todo = {}, []
-    for k, run in enumerate(selected, 1):
-        position = f"[{k}/{len(selected)}]"
-        if run.name in finished:
-            print(f"{position} {run.name}: finished before ({finished[run.name]['wall_seconds']:.0f} s), skipped")
-            statuses[run.name] = "skipped"
-        else:
-            todo.append((position, run))
+    statuses, todo = {}, [(f"[{k}/{len(selected)}]", run) for k, run in enumerate(selected, 1)]
     if jobs > 1:  # the longest first, the others beside them; sorted is stable: otherwise the file's order
         first = set(spec.get("start_first") or [])
         todo.sort(key=lambda item: item[1].variant not in first and item[1].name not in first)
@@ -238,9 +231,14 @@ def run_ablation(spec: dict, runs: list[Run], out: Path, only: str | None = None
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         while todo or running:
-            while todo and free:
-                slot = free.pop(0)
+            while todo and free:  # a finished run is said where it comes in the order, as a slot frees
                 position, run = todo.pop(0)
+                if run.name in finished:
+                    print(f"{position} {run.name}: finished before ({finished[run.name]['wall_seconds']:.0f} s), "
+                          "skipped")
+                    statuses[run.name] = "skipped"
+                    continue
+                slot = free.pop(0)
                 running[slot] = _start(run, _fresh_folder(out, run, position), position, shares[slot])
             time.sleep(0.2)
             for slot, started in list(running.items()):
