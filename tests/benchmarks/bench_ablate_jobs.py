@@ -27,8 +27,8 @@ def start(out: Path, threads: int, max_steps: int) -> subprocess.Popen:
            "--output_dir", str(out), "--max_steps", str(max_steps), "--save_steps", "100000", "--probe_at_start",
            "false", "--report_to", "none", "--probe_limit", "20", "--probe_collab_limit", "5"]
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled"}
-    log = open(f"{out}.log", "w")  # noqa: SIM115 - the child holds it; closed when the process is collected
-    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    with open(f"{out}.log", "w") as log:  # the child writes to its own copy of the file
+        return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
 
 
 def timed(runs: list[tuple[Path, int]], max_steps: int, at_once: bool) -> float:
@@ -39,7 +39,7 @@ def timed(runs: list[tuple[Path, int]], max_steps: int, at_once: bool) -> float:
         procs = []
         for out, threads in runs:
             procs.append(start(out, threads, max_steps))
-            procs[-1].wait()
+            procs[-1].wait()  # one after the other
     for (out, _), proc in zip(runs, procs):
         if proc.wait() != 0:
             raise SystemExit(f"{out} failed; see {out}.log")

@@ -110,6 +110,14 @@ def _interrupt(signum, frame):
     raise KeyboardInterrupt  # SIGTERM (kill, scancel) stops the run like Ctrl-C does
 
 
+def _processes(accelerate_config: str | Path) -> tuple[bool, int]:
+    """Whether an accelerate config runs on the CPU, and the processes of one run (one on the CPU: accelerate starts
+    one with `use_cpu`; otherwise `num_processes`, a GPU each)."""
+    config = yaml.safe_load(Path(accelerate_config).read_text(encoding="utf-8")) or {}
+    on_cpu = bool(config.get("use_cpu"))
+    return on_cpu, 1 if on_cpu else int(config.get("num_processes", 1))
+
+
 def slot_envs(accelerate_config: str | Path, jobs: int) -> list[dict[str, str]]:
     """What each of `jobs` runs at once gets of this machine, as environment variables: its share of the CPU cores
     (`OMP_NUM_THREADS`: the cores divided among the runs' processes; torch's threads of two runs on the same cores wait
@@ -120,15 +128,14 @@ def slot_envs(accelerate_config: str | Path, jobs: int) -> list[dict[str, str]]:
         raise ValueError(f"--jobs must be at least 1, got {jobs}")
     if jobs == 1:
         return [{}]
-    accelerate = yaml.safe_load(Path(accelerate_config).read_text(encoding="utf-8")) or {}
-    each = 1 if accelerate.get("use_cpu") else int(accelerate.get("num_processes", 1))  # processes of a run
+    on_cpu, each = _processes(accelerate_config)
     cpus = len(os.sched_getaffinity(0))
     if jobs * each > cpus:
         raise ValueError(f"--jobs {jobs}: {jobs * each} processes at once, more than the {cpus} CPU cores this process "
                          f"may use (each needs one); use --jobs {max(cpus // each, 1)} or fewer")
     # Every process of a run gets OMP_NUM_THREADS (accelerate passes it on): the cores divided among all of them.
     envs = [{"OMP_NUM_THREADS": str(cpus // (jobs * each))} for _ in range(jobs)]
-    if accelerate.get("use_cpu"):
+    if on_cpu:
         return envs
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is None:
@@ -261,8 +268,8 @@ def run_ablation(spec: dict, runs: list[Run], out: Path, only: str | None = None
 
 def write_sbatch(spec: dict, runs: list[Run], out: Path, config: str) -> Path:
     """An sbatch array script, one task per (run, seed), each task `uturn ablate --only <run>-seed<N>` on one node."""
-    accelerate = yaml.safe_load(Path(spec["accelerate_config"]).read_text(encoding="utf-8"))
-    gpus = 0 if accelerate.get("use_cpu") else int(accelerate.get("num_processes", 1))
+    on_cpu, each = _processes(spec["accelerate_config"])
+    gpus = 0 if on_cpu else each
     script = out / "ablation.sbatch"
     lines = [
         "#!/bin/bash",
