@@ -1,4 +1,4 @@
-"""`lora_config`: default LoRA targets chosen by the model's `model_type`."""
+"""`lora_config`: default LoRA targets by the model's `model_type`; `merged_lora`: adapters merged to generate."""
 
 import re
 
@@ -66,3 +66,57 @@ def test_lm_head_reads_standard_strides_when_generating_in_half_precision_on_cpu
                  disable_progress=True)
         assert strides[0] is standard_expected  # the prefill: rows x 1 position sliced from rows x prompt length
         assert all(strides[1:])  # decoding steps are one position already
+
+
+def adapted_tiny_qwen(tiny_qwen_dir):
+    """The tiny Qwen3.5 with a LoRA adapter whose B matrices are drawn, so that merging changes the weights."""
+    from peft import get_peft_model
+
+    from uturn_train.models import load_model
+
+    model = get_peft_model(load_model(str(tiny_qwen_dir), dtype="float32"), peft(tiny_qwen_dir, lora_r=4))
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.5)
+    return model.eval()
+
+
+def test_merged_lora_computes_the_adapted_model_and_puts_the_base_weights_back_exactly(tiny_qwen_dir):
+    from uturn_train.models import merged_lora
+
+    model = adapted_tiny_qwen(tiny_qwen_dir)
+    ids = torch.tensor([[5, 9, 14, 3, 27, 8]])
+    base = {n: p.detach().clone() for n, p in model.named_parameters() if "lora_" not in n}
+    with torch.no_grad():
+        adapted = model(input_ids=ids).logits
+        with model.disable_adapter():
+            plain = model(input_ids=ids).logits
+        assert not torch.allclose(adapted, plain, atol=1e-3)  # the adapter matters to the output
+        for _ in range(3):
+            with merged_lora(model) as merged:
+                changed = [n for n, p in merged.named_parameters() if "lora_" not in n and not torch.equal(p, base[n])]
+                assert len(changed) > 10  # every adapted weight, merged
+                torch.testing.assert_close(merged(input_ids=ids).logits, adapted, atol=1e-4, rtol=1e-4)
+    assert all(torch.equal(p, base[n]) for n, p in model.named_parameters() if "lora_" not in n)
+    layers = [m for m in model.modules() if hasattr(m, "merged_adapters")]
+    assert layers and not any(m.merged for m in layers)
+    with torch.no_grad():
+        assert torch.equal(model(input_ids=ids).logits, adapted)  # the adapter path again, as before
+
+
+def test_merged_lora_restores_the_weights_when_the_block_fails_and_passes_a_plain_model_through(tiny_qwen_dir):
+    from uturn_train.models import load_model, merged_lora
+
+    model = adapted_tiny_qwen(tiny_qwen_dir)
+    base = {n: p.detach().clone() for n, p in model.named_parameters()}
+    with pytest.raises(RuntimeError, match="generation failed"), merged_lora(model):
+        raise RuntimeError("generation failed")
+    assert all(torch.equal(p, base[n]) for n, p in model.named_parameters())
+    assert not any(getattr(m, "merged", False) for m in model.modules())
+    with model.disable_adapter(), merged_lora(model):  # adapters off (a reference model's pass): nothing merged
+        assert all(torch.equal(p, base[n]) for n, p in model.named_parameters())
+    plain = load_model(str(tiny_qwen_dir), dtype="float32")
+    with merged_lora(plain) as same:
+        assert same is plain

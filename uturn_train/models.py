@@ -1,7 +1,9 @@
-"""Load a chat model and its tokenizer by hub name or local path, always as the text-only causal LM; LoRA targets."""
+"""Load a chat model and its tokenizer by hub name or local path, always as the text-only causal LM; LoRA targets, and
+the adapters merged for generation."""
 
 import logging
 import os
+from contextlib import contextmanager
 from dataclasses import replace
 
 from .distributed import register_conv_weights
@@ -112,3 +114,32 @@ def default_lora_targets(model_type: str, name: str) -> str:
         raise ValueError(f"no default LoRA targets for model_type {model_type!r} (--model_name_or_path {name}; known: "
                          f"{', '.join(LORA_TARGETS)}): pass --lora_target_modules, e.g. q_proj v_proj")
     return LORA_TARGETS[model_type]
+
+
+@contextmanager
+def merged_lora(model):
+    """The model's active LoRA adapters merged into their base weights while the block runs (generation), the base
+    weights put back exactly after it, on error too.
+
+    Decoding runs one token per row and forward, where the adapters' two small matmuls beside every adapted linear
+    weigh: the testbed's collaboration rollouts took 1.25x as long unmerged (tests/benchmarks/bench_merged_rollouts.py).
+    PEFT's `unmerge_adapter` subtracts the delta again, which rounds the base weights at every step (in bf16 to 8 bits),
+    so here PEFT's `safe_merge` writes the merged weights to new tensors and the originals are kept: one copy of the
+    adapted weights while the block runs (`uturn plan` counts it).
+    """
+    import torch
+    from peft.tuners.lora import LoraLayer
+
+    layers = [m for m in model.modules() if isinstance(m, LoraLayer) and not m.merged and not m.disable_adapters]
+    kept = []
+    try:
+        with torch.no_grad():
+            for layer in layers:
+                kept.append((layer, [(p, p.data) for p in layer.get_base_layer().parameters(recurse=False)]))
+                layer.merge(safe_merge=True)  # assigns new tensors: the kept ones are untouched
+        yield model
+    finally:
+        for layer, params in kept:
+            for p, data in params:
+                p.data = data
+            layer.merged_adapters.clear()

@@ -36,6 +36,7 @@ from ..collab.dialogue import CollabSettings, run_collab, turn_prompt
 from ..collab.partners import OraclePartner
 from ..collab.tasks import CollabTask
 from ..generation import generate
+from ..models import merged_lora
 from ..probe.rules.grounding import mismatched_contexts
 
 
@@ -90,9 +91,10 @@ class CollabRollout:
         out = {"prompt_ids": [None] * len(prompts), "completion_ids": [None] * len(prompts),
                "env_mask": [None] * len(prompts), "logprobs": None, "collab_success": [None] * len(prompts),
                "collab_turns": [None] * len(prompts), "first_turn": [None] * len(prompts)}
-        with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator,
-                                         gather_deepspeed3_params=args.ds3_gather_for_generation,
-                                         gradient_checkpointing_kwargs=args.gradient_checkpointing_kwargs) as model:
+        unwrap = unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator,
+                                             gather_deepspeed3_params=args.ds3_gather_for_generation,
+                                             gradient_checkpointing_kwargs=args.gradient_checkpointing_kwargs)
+        with unwrap as unwrapped, merged_lora(unwrapped) as model:  # merged: a fifth faster (models.merged_lora)
             if collab:
                 # An ordinal alone ("Can you explain the first step?") fits any answer: not rewarded (partners.py).
                 run = run_collab(model, self.tokenizer, [self.tasks[prompts[i]] for i in collab],
