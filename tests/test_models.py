@@ -68,13 +68,13 @@ def test_lm_head_reads_standard_strides_when_generating_in_half_precision_on_cpu
         assert all(strides[1:])  # decoding steps are one position already
 
 
-def adapted_tiny_qwen(tiny_qwen_dir):
+def adapted_tiny_qwen(tiny_qwen_dir, dtype="float32", **lora):
     """The tiny Qwen3.5 with a LoRA adapter whose B matrices are drawn, so that merging changes the weights."""
     from peft import get_peft_model
 
     from uturn_train.models import load_model
 
-    model = get_peft_model(load_model(str(tiny_qwen_dir), dtype="float32"), peft(tiny_qwen_dir, lora_r=4))
+    model = get_peft_model(load_model(str(tiny_qwen_dir), dtype=dtype), peft(tiny_qwen_dir, lora_r=4, **lora))
     torch.manual_seed(0)
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -120,3 +120,9 @@ def test_merged_lora_restores_the_weights_when_the_block_fails_and_passes_a_plai
     plain = load_model(str(tiny_qwen_dir), dtype="float32")
     with merged_lora(plain) as same:
         assert same is plain
+    # Left on the adapter path: half precision (a small delta would round away) and DoRA (a variant).
+    for model in (adapted_tiny_qwen(tiny_qwen_dir, "bfloat16"), adapted_tiny_qwen(tiny_qwen_dir, use_dora=True)):
+        base = {n: p.detach().clone() for n, p in model.named_parameters()}
+        with merged_lora(model):
+            assert all(torch.equal(p, base[n]) for n, p in model.named_parameters())
+            assert not any(getattr(m, "merged", False) for m in model.modules())

@@ -116,21 +116,31 @@ def default_lora_targets(model_type: str, name: str) -> str:
     return LORA_TARGETS[model_type]
 
 
+def mergeable(module) -> bool:
+    """Whether `module` is a layer [`merged_lora`] merges: PEFT's LoRA `Linear` and `Embedding`, plain LoRA. Left on
+    the adapter path: DoRA and the other variants, and the layers whose merge replaces the parameter itself
+    (MultiheadAttention, bitsandbytes) or shares a base layer with another wrapper (`target_parameters`)."""
+    from peft.tuners.lora import Embedding, Linear
+
+    return isinstance(module, (Linear, Embedding)) and not module.lora_variant
+
+
 @contextmanager
 def merged_lora(model):
-    """The model's active LoRA adapters merged into their base weights while the block runs (generation), the base
-    weights put back exactly after it, on error too.
+    """The model's active LoRA adapters merged into their float32 base weights while the block runs (generation), the
+    base weights put back exactly after it, on error too.
 
     Decoding runs one token per row and forward, where the adapters' two small matmuls beside every adapted linear
-    weigh: the testbed's collaboration rollouts took 1.25x as long unmerged (tests/benchmarks/bench_merged_rollouts.py).
-    PEFT's `unmerge_adapter` subtracts the delta again, which rounds the base weights at every step (in bf16 to 8 bits),
-    so here PEFT's `safe_merge` writes the merged weights to new tensors and the originals are kept: one copy of the
-    adapted weights while the block runs (`uturn plan` counts it).
+    weigh: the testbed's collaboration rollouts took 1.25x as long unmerged (tests/benchmarks/bench_merged_rollouts.py,
+    fp32 on a CPU). PEFT's `unmerge_adapter` subtracts the delta again, which rounds the base weights at every step, so
+    here PEFT's `safe_merge` writes the merged weights to new tensors and the originals are kept: one copy of the
+    adapted weights while the block runs (`uturn plan` counts it). Half-precision weights stay unmerged: a delta under
+    half a bf16 step of its weight (0.2-0.4% of it) would round away, and how much of an adapter that is is unmeasured.
     """
     import torch
-    from peft.tuners.lora import LoraLayer
 
-    layers = [m for m in model.modules() if isinstance(m, LoraLayer) and not m.merged and not m.disable_adapters]
+    layers = [m for m in model.modules() if mergeable(m) and not m.merged and not m.disable_adapters
+              and m.get_base_layer().weight.dtype == torch.float32]
     kept = []
     try:
         with torch.no_grad():

@@ -107,6 +107,18 @@ def test_the_collab_objective_plans_whole_conversations(q2b):
     conversation = 3 * 384 + 2 * 512  # collab_max_turns 3 by default
     assert collab["logits"] == pytest.approx(4096 * 32768 * 2 + 16 * conversation * 2048 * 4)
     assert collab["generation_phase"] == "rollouts" and collab["generation"] > one["generation"]
+    # fp32 rollouts generate with the adapters merged into a copy of the weights LoRA wraps (`models.merged_lora`):
+    # Gated DeltaNet's in_proj_qkv, in_proj_z and out_proj, full attention's q (with its gate: 2x), k, v and o, the MLP.
+    gdn, attn, mlp = 2048 * (6144 + 2048 + 2048), 2048 * (4096 + 512 + 512 + 2048), 3 * 2048 * 6144
+    assert q2b.adapted == 18 * gdn + 6 * attn + 24 * mlp
+    unadapted = dataclasses.replace(q2b, adapted=0)
+    merged = collab["generation"] - plan({**grpo, "objective": "collab"}, 1, "single", unadapted)["generation"]
+    assert merged == 0  # bf16 rollouts generate unmerged
+    fp32 = {**grpo, "objective": "collab", "dtype": "float32"}
+    merged = plan(fp32, 1, "single", q2b)["generation"] - plan(fp32, 1, "single", unadapted)["generation"]
+    assert merged == q2b.adapted * 4
+    user_turn = {**grpo, "dtype": "float32"}  # GRPO on the user turn generates with TRL's own, unmerged
+    assert plan(user_turn, 1, "single", unadapted) == plan(user_turn, 1, "single", q2b)
     assert collab["activations"] > one["activations"]
     rows = run_plan(["--config", str(YAMLS / "collab_objective.yaml"), "--gpus", "1"])
     assert rows[0]["generation_phase"] == "rollouts"

@@ -21,6 +21,7 @@ read them. LoRA runs only. What is counted, per device (GiB):
   of a conversation of `collab_max_turns` policy turns and the partner's between them); its cache (full-attention keys
   and values, each prompt's once and every sampled row's own tokens, as the engine shares a prompt among its rows;
   Gated DeltaNet's recurrent and convolution states per row), the prefill's MLP over every prompt token at once,
+  the collaboration rollouts' copy of the adapted weights with the adapters merged (fp32: `models.merged_lora`),
   and under ZeRO-3 the whole model gathered on every device (or its largest module, when generating layer by layer:
   `probe_ds3_gather` / `ds3_gather_for_generation` false, the latter also for the answers GRPO writes before
   training; mining always gathers).
@@ -56,6 +57,7 @@ class Shape:
     kv_width: int  # key + value elements per token in one full-attention layer
     state_elems: int  # recurrent + convolution state elements per sequence in one Gated DeltaNet layer
     layer_act: dict  # saved activation elements per token, per layer kind, without checkpointing
+    adapted: int  # weights of the layers LoRA wraps: fp32 collaboration rollouts merge them into a copy
 
 
 def model_config(name: str):
@@ -90,9 +92,11 @@ def shape(config, lora_r: int, lora_targets: str | list | None, name: str = "") 
         model = AutoModelForCausalLM.from_config(config)
     params = sum(p.numel() for p in model.parameters())
     largest = max(sum(p.numel() for p in m.parameters(recurse=False)) for m in model.modules())
-    lora = 0
+    lora = adapted = 0
     if lora_r:
         from peft import LoraConfig, get_peft_model
+
+        from ..models import mergeable
 
         targets = lora_targets or default_lora_targets(config.model_type, name)
         if isinstance(targets, list) and len(targets) == 1:  # TRL passes a one-item list on as the string
@@ -104,6 +108,7 @@ def shape(config, lora_r: int, lora_targets: str | list | None, name: str = "") 
             raise ValueError(f"lora_target_modules {targets!r} matches no module of {config.model_type!r} ({e}): name "
                              "modules as PEFT does (e.g. q_proj v_proj, or all-linear)") from e
         lora = sum(p.numel() for n, p in peft_model.named_parameters() if "lora_" in n)
+        adapted = sum(m.get_base_layer().weight.numel() for m in peft_model.modules() if mergeable(m))
     h, i = config.hidden_size, config.intermediate_size
     kinds = list(getattr(config, "layer_types", None) or ["full_attention"] * config.num_hidden_layers)
     heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
@@ -122,7 +127,8 @@ def shape(config, lora_r: int, lora_targets: str | list | None, name: str = "") 
         # and the recurrent state the chunked delta rule keeps at every 64-token chunk (fla's kernels and the torch
         # fallback alike) for the backward
         act["linear_attention"] = mlp + 3 * conv + 4 * nk * dk + 8 * nv * dv + nv * dk * dv // 64
-    return Shape(params, largest, lora, h, i, len(kinds), kinds, config.vocab_size, 2 * kv_heads * head_dim, state, act)
+    return Shape(params, largest, lora, h, i, len(kinds), kinds, config.vocab_size, 2 * kv_heads * head_dim, state, act,
+                 adapted)
 
 
 def recipe_of(config_path: str, values: dict) -> str:
@@ -240,6 +246,8 @@ def plan(values: dict, gpus: int, strategy: str, model: Shape) -> dict:
         # The last turn of a conversation is generated after all the others: the longest cache.
         phases["rollouts"] = _generation(model, w, batch * per_step, 1, seq - values["max_completion_length"],
                                          values["max_completion_length"], gathered(values["ds3_gather_for_generation"]))
+        if values.get("objective") == "collab" and w == 4:  # its fp32 rollouts generate with the adapters merged
+            phases["rollouts"] += model.adapted * w  # into a copy (`models.merged_lora`)
     parts = {
         "weights": model.params * w / shard,
         "lora": model.lora_params * (4 / shard + 12 / states),

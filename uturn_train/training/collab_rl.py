@@ -94,7 +94,7 @@ class CollabRollout:
         unwrap = unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator,
                                              gather_deepspeed3_params=args.ds3_gather_for_generation,
                                              gradient_checkpointing_kwargs=args.gradient_checkpointing_kwargs)
-        with unwrap as unwrapped, merged_lora(unwrapped) as model:  # merged: a fifth faster (models.merged_lora)
+        with unwrap as unwrapped, merged_lora(unwrapped) as model:  # fp32: faster merged (models.merged_lora)
             if collab:
                 # An ordinal alone ("Can you explain the first step?") fits any answer: not rewarded (partners.py).
                 run = run_collab(model, self.tokenizer, [self.tasks[prompts[i]] for i in collab],
