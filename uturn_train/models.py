@@ -131,7 +131,7 @@ def merged_lora(model):
     base weights put back exactly after it, on error too.
 
     Decoding runs one token per row and forward, where the adapters' two small matmuls beside every adapted linear
-    weigh: the testbed's collaboration rollouts took 1.24-1.25x as long unmerged
+    weigh: the testbed's collaboration rollouts took 1.24-1.25x as long unmerged, its whole steps 1.14x
     (tests/benchmarks/bench_merged_rollouts.py, fp32 on a CPU). PEFT's `unmerge_adapter` subtracts the delta again,
     which rounds the base weights at every step, so here PEFT's `safe_merge` writes the merged weights to new tensors
     and the originals are kept: one copy of the adapted weights while the block runs (`uturn plan` counts it).

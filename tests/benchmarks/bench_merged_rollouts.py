@@ -2,16 +2,24 @@
 (not part of the tests).
 
     python tests/benchmarks/bench_merged_rollouts.py [--steps 6] [--model testbed]
+    python tests/benchmarks/bench_merged_rollouts.py --train_steps 60 [--repeats 2]
 
-Holds one step's conversations of `recipes/testbed/collab_objective.yaml` (4 training tasks x 8, T=1.0, 96 tokens a
-turn, up to 3 turns) with a LoRA r16 adapter whose B matrices are drawn (not PEFT's zeros, so merging changes the
-weights), `--steps` times each way, alternately, each step's tasks and seed the same both ways. Prints each pair's
-seconds and ends with `speedup=X` = unmerged / merged over all steps, and whether the base weights came back
-bit-identical.
+Rollouts only (default): holds one step's conversations of `recipes/testbed/collab_objective.yaml` (4 training tasks x
+8, T=1.0, 96 tokens a turn, up to 3 turns) with a LoRA r16 adapter whose B matrices are drawn (not PEFT's zeros, so
+merging changes the weights), `--steps` times each way, alternately, each step's tasks and seed the same both ways.
+Prints each pair's seconds and ends with `speedup=X` = unmerged / merged over all steps, and whether the base weights
+came back bit-identical.
+
+Whole steps (`--train_steps N`): the recipe itself, `recipes/collab_grpo.py --config
+recipes/testbed/collab_objective.yaml --max_steps N` without the probes, in a subprocess, alternately with the rollouts
+unmerged (`collab_rl.merged_lora` replaced by a pass-through) and merged, `--repeats` times each; prints each run's mean
+`step_time` (TRL's) and ends with `speedup=X` over the step times.
 """
 
 import argparse
 import os
+import re
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -25,7 +33,11 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--model", default="testbed")
+    parser.add_argument("--train_steps", type=int, default=0, help="whole training steps instead of rollouts alone")
+    parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args()
+    if args.train_steps:
+        return train_steps(args.train_steps, args.repeats)
 
     import torch
     from peft import LoraConfig, get_peft_model
@@ -68,6 +80,42 @@ def main():
     print(f"base weights bit-identical after {args.steps} merges: {same}")
     print(f"unmerged {totals['unmerged']:.1f} s, merged {totals['merged']:.1f} s, "
           f"speedup={totals['unmerged'] / totals['merged']:.2f}")
+
+
+# The recipe run as __main__, its rollouts unmerged when asked: `collab_rl.merged_lora` is looked up at each rollout.
+RUN = """
+import contextlib, runpy, sys
+from uturn_train.training import collab_rl
+sys.argv = sys.argv[1:]  # the recipe, the way, its arguments
+if sys.argv.pop(1) == "unmerged":
+    collab_rl.merged_lora = contextlib.nullcontext
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def train_steps(steps: int, repeats: int) -> None:
+    import tempfile
+
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "WANDB_MODE": "disabled"}
+    means = {"unmerged": [], "merged": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        for rep in range(repeats):
+            for way in ("unmerged", "merged") if rep % 2 == 0 else ("merged", "unmerged"):
+                cmd = [sys.executable, "-c", RUN, str(root / "recipes" / "collab_grpo.py"), way, "--config",
+                       str(root / "recipes" / "testbed" / "collab_objective.yaml"), "--max_steps", str(steps),
+                       "--save_steps", str(10 * steps), "--probe_at_start", "false", "--report_to", "none",
+                       "--output_dir", str(Path(tmp) / f"{way}-{rep}")]
+                done = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True)
+                if done.returncode:
+                    raise SystemExit(f"{way} run failed:\n{done.stderr[-3000:]}")
+                step_times = [float(x) for x in re.findall(r"'step_time': '([0-9.]+)'", done.stdout + done.stderr)]
+                tokens = re.findall(r"'num_tokens': '([0-9.e+]+)'", done.stdout + done.stderr)[-1]
+                means[way].append(sum(step_times) / len(step_times))
+                print(f"{way:8s} run {rep}: mean step_time {means[way][-1]:.3f} s over {steps} steps, {tokens} tokens",
+                      flush=True)
+    unmerged, merged = (sum(v) / len(v) for v in (means["unmerged"], means["merged"]))
+    print(f"unmerged {unmerged:.3f} s a step, merged {merged:.3f} s, speedup={unmerged / merged:.2f}")
 
 
 if __name__ == "__main__":
