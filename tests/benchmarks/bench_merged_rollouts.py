@@ -109,8 +109,9 @@ def train_steps(steps: int, repeats: int) -> None:
                 done = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True)
                 if done.returncode:
                     raise SystemExit(f"{way} run failed:\n{done.stderr[-3000:]}")
-                step_times = [float(x) for x in re.findall(r"'step_time': '([0-9.]+)'", done.stdout + done.stderr)]
-                tokens = re.findall(r"'num_tokens': '([0-9.e+]+)'", done.stdout + done.stderr)[-1]
+                log = done.stdout + done.stderr
+                step_times = [float(x) for x in re.findall(r"'step_time': '([0-9.]+)'", log)]
+                tokens = re.findall(r"'num_tokens': '([0-9.e+]+)'", log)[-1]
                 means[way].append(sum(step_times) / len(step_times))
                 print(f"{way:8s} run {rep}: mean step_time {means[way][-1]:.3f} s over {steps} steps, {tokens} tokens",
                       flush=True)
