@@ -152,20 +152,25 @@ def test_info_gap_conversations_ask_for_the_missing_number():
         question = messages[0]["content"]
         assert kind == "info_gap" and problems == [problem] and question != problem.question and "some" in question
         missing = [k for k, v in problem.numbers.items() if str(v) not in question.split()]
-        # The assistant asks naming the missing quantity; the user gives its number; the solution follows.
-        assert is_question(messages[1]["content"]) and any(problem.knobs[k] in messages[1]["content"] for k in missing)
+        # The assistant restates the question's sentence that lacks the number, as a solution's first line restates
+        # it, then asks naming the missing quantity; the user gives its number; the solution follows.
+        ask = messages[1]["content"]
+        sentence = ask.split(", but how many?")[0]
+        assert sentence != ask and " some " in f" {sentence} " and sentence[1:] in question and "." not in sentence
+        assert is_question(ask) and any(problem.knobs[k] in ask for k in missing)
         assert any(str(problem.numbers[k]) in messages[2]["content"] for k in missing)
         assert messages[3]["content"] == problem.solution and len(messages) == 4
     assert seen > 100
 
 
-def test_the_mixture_holds_information_gaps_at_a_small_share(smoke):
-    card = json.loads((smoke / "card.json").read_text())
+def test_the_mixture_holds_information_gaps_at_a_small_share(real_testbed):
+    # The shipped build's data (a smoke build's hundred-odd conversations may hold none at 2.5%).
+    card = json.loads((real_testbed / "card.json").read_text())
     kinds = card["data"]["train_kinds"]
     assert 0.01 < kinds["info_gap"] / sum(kinds.values()) < 0.06, kinds
     # No held-out problem, whose collaboration tasks measure asking, is in the mixture (the build avoids their keys).
-    heldout = {r["question"] for r in _rows(smoke / "heldout.jsonl")}
-    assert not any(m["content"] in heldout for r in _rows(smoke / "train.jsonl") for m in r["messages"])
+    heldout = {r["question"] for r in _rows(real_testbed / "heldout.jsonl")}
+    assert not any(m["content"] in heldout for r in _rows(real_testbed / "train.jsonl") for m in r["messages"])
 
 
 def test_the_shipped_testbed_installs_in_seconds_and_is_checked(tmp_path):
@@ -201,6 +206,23 @@ def test_the_shipped_testbed_installs_in_seconds_and_is_checked(tmp_path):
         build_module.SHIPPED = original
 
 
+def test_an_upgrade_installs_its_own_testbed_and_keeps_ones_own_build(real_testbed, tmp_path, monkeypatch):
+    import shutil
+
+    monkeypatch.setenv("UTURN_HOME", str(tmp_path))
+    home = shutil.copytree(real_testbed, tmp_path / "testbed")
+    card = json.loads((home / "card.json").read_text())
+    own = {**card, "sha256": "0" * 64}
+    own.pop("installed")  # `uturn testbed build`'s card: kept, whatever its weights
+    (home / "card.json").write_text(json.dumps(own))
+    assert testbed.ensure_testbed() == home and json.loads((home / "card.json").read_text()) == own
+    # Installed from another version's shipped weights: replaced by this version's.
+    (home / "card.json").write_text(json.dumps({**card, "installed": {**card["installed"], "sha256": "0" * 64}}))
+    (home / "model.safetensors").write_bytes(b"an older version's weights")
+    assert testbed.ensure_testbed() == home
+    assert _sha(home / "model.safetensors") == card["installed"]["sha256"]
+
+
 def test_testbed_dir_follows_uturn_home(tmp_path, monkeypatch):
     monkeypatch.setenv("UTURN_HOME", str(tmp_path))
     assert testbed.testbed_dir() == tmp_path / "testbed"  # (not imported bare: pytest would collect it)
@@ -215,24 +237,28 @@ def test_real_testbed_meets_the_acceptance_figures(real_testbed, tmp_path, monke
     card = json.loads((out / "card.json").read_text())
     probe = build_module.measure(out)
     assert probe["n_prompts"] == 200 and abs(probe["accuracy"] - card["probe"]["accuracy"]) <= 0.03
-    assert probe["accuracy"] >= 0.45
+    assert probe["accuracy"] >= 0.85
     assert probe["followup_rate_T0"] <= 0.05 and probe["grounded_followup_rate_T0"] <= 0.05
     assert 0.10 <= probe["followup_rate_T1"] <= 0.40
     assert card["peak_rss_gb"] <= 3.0
     assert card["dtype"] == "float32" and card["cpu_capability"]  # one numeric path on every CPU
-    # Asking for a missing number is latent, as follow-ups are: the greedy assistant does not ask first (the mixture's
-    # information-gap conversations are 3%; at T=1.0, where the build ran, 2 of 302 first turns had a question mark and
-    # no final answer, and read, both were broken answers: docs/collab.md).
+    # Asking for a missing number is latent, as follow-ups are: the greedy assistant does not ask first, a sampled one
+    # sometimes does (the mixture's information-gap conversations are 2.5%; where the build ran, greedy 0 of 302 first
+    # turns had a question mark and no final answer, at T=1.0 11, and read, 2 ask for a number: docs/testbed.md).
     import shutil
 
     from uturn_train.cli import main as cli_main
 
     shutil.copytree(out, tmp_path / "home" / "testbed")  # the fixture is read-only: collab.jsonl is written beside
     monkeypatch.setenv("UTURN_HOME", str(tmp_path / "home"))
-    cli_main(["collab", "--model", "testbed", "--task", "testbed", "--families", "info_gap", "--temperature", "0",
-              "--out", str(tmp_path / "collab")])
-    info_gap = json.loads((tmp_path / "collab" / "results.json").read_text())["families"]["info_gap"]
-    assert info_gap["n"] >= 250 and info_gap["asked_first"] <= 0.05
+    asked = {}
+    for t in ("0", "1.0"):
+        cli_main(["collab", "--model", "testbed", "--task", "testbed", "--families", "info_gap", "--temperature", t,
+                  "--out", str(tmp_path / f"collab{t}")])
+        info_gap = json.loads((tmp_path / f"collab{t}" / "results.json").read_text())["families"]["info_gap"]
+        assert info_gap["n"] >= 250
+        asked[t] = info_gap["asked_first"]
+    assert asked["0"] <= 0.02 and 0.01 <= asked["1.0"] <= 0.20, asked
     # Time is not asserted: a wall-clock limit fails on a slow or busy machine whatever the code does. The card
     # records the build's; installing it records its own (seconds).
 

@@ -80,11 +80,19 @@ def install_testbed(out: str | Path | None = None, *, force: bool = False) -> Pa
 
 
 def ensure_testbed() -> Path:
-    """The default testbed, installed first from the shipped weights (seconds) if it is missing."""
+    """The default testbed, installed first from the shipped weights (seconds) if it is missing, or again if it was
+    installed from another version's shipped build (a build of one's own, `uturn testbed build`, is kept)."""
+    from .build import SHIPPED_SHA256
+
     path = testbed_dir()
     if not (path / "card.json").exists():
         logger.warning("The testbed is not installed yet: writing the shipped seed-0 build into %s", path)
         install_testbed(path, force=path.exists())
+    elif json.loads((path / "card.json").read_text()).get("installed", {}).get("sha256", SHIPPED_SHA256) \
+            != SHIPPED_SHA256:
+        # Otherwise an upgrade would go on with the old weights, and no figure of this version's docs would hold.
+        logger.warning("%s holds the testbed another version of uturn-train shipped: writing this version's", path)
+        install_testbed(path, force=True)
     return path
 
 

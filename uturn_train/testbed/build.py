@@ -28,7 +28,7 @@ logger = logging.getLogger(__name__)
 TEMPLATE = Path(importlib.util.find_spec("trl").origin).parent / "chat_templates" / "qwen3_5_nothink.jinja"
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 SHIPPED = Path(__file__).with_name("weights")  # the seed-0 build's model, tokenizer and card
-SHIPPED_SHA256 = "20b16919a999da702d34f94e43d189488cfeee6aded4383c9bd0184c32d57d90"  # of SHIPPED / model.safetensors
+SHIPPED_SHA256 = "a85fb343bdd2cd09df5ce9ee3666e5dc375e8a9f0679d3eeb04948b19708c257"  # of SHIPPED / model.safetensors
 SHIPPED_FILES = ("model.safetensors", "config.json", "generation_config.json", "tokenizer.json",
                  "tokenizer_config.json", "chat_template.jinja")
 
@@ -52,7 +52,7 @@ class BuildConfig:
         ask_rate (`float`): share of answers that end with a question to the user.
     """
 
-    steps: int = 800
+    steps: int = 1200
     tokens_per_step: int = 2048
     lr: float = 3e-3
     warmup_steps: int = 40
@@ -67,7 +67,7 @@ class BuildConfig:
     probe_limit: int = 200  # held-out problems `measure` probes for the card
     probe_samples: int = 4
     second_turn: dict = field(default_factory=lambda: {
-        "single": 0.2, "new_problem": 0.55, "followup": 0.2, "acknowledgement": 0.05, "info_gap": 0.03})
+        "single": 0.2, "new_problem": 0.55, "followup": 0.2, "acknowledgement": 0.05, "info_gap": 0.025})
     ask_rate: float = 0.15
 
     @classmethod

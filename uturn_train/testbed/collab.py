@@ -44,7 +44,7 @@ def info_gap_task(problem: Problem, index: int, rng: random.Random) -> dict | No
     gap = gap_question(problem, rng)
     if gap is None:
         return None
-    question, knob = gap
+    question, knob, _ = gap
     reveal = reveal_line(problem, knob)
     brief = (f"You are a user who needs help with a math problem. The whole problem is: {problem.question} "
              f"You only wrote: {question} If the assistant asks for what is missing, tell it ({reveal}) in one short "

@@ -226,12 +226,23 @@ _NOT_BEFORE = {"times", "years"}
 ASK_GAP = ["What is {phrase}?", "I need {phrase} to solve this. What is it?", "Could you tell me {phrase}?",
            "The problem does not say {phrase}. What is it?", "What number is {phrase}?",
            "To solve it I need {phrase}. Can you tell me?"]
+RESTATED_ASK = ["I need {phrase} to solve it.", "What is {phrase}?", "Could you tell me {phrase}?",
+                "The problem does not say {phrase}."]
 GIVE_GAP = ["{reveal}"] * 4 + ["It's {v}.", "{v}", "Oh sorry, {phrase} is {v}.", "{phrase} is {v}"]
 
 
 def reveal_line(problem: Problem, knob: str) -> str:
     """How the user states the missing number (the collaboration oracle says exactly this)."""
     return f"{capitalize(problem.knobs[knob])} is {problem.numbers[knob]}."
+
+
+def gap_sentence(question: str, start: int) -> str:
+    """The sentence of `question` that holds the gap at `start`, without its final punctuation."""
+    begin = max(question.rfind(". ", 0, start), question.rfind("? ", 0, start))
+    begin = 0 if begin < 0 else begin + 2
+    ends = [i for i in (question.find(". ", start), question.find("?", start)) if i >= 0]
+    end = min(ends) if ends else len(question.rstrip(". "))
+    return capitalize(question[begin:end].strip())
 
 
 def gap_question(problem: Problem, rng: random.Random) -> tuple[str, str] | None:
@@ -247,11 +258,11 @@ def gap_question(problem: Problem, rng: random.Random) -> tuple[str, str] | None
         after = problem.question[end:].split(maxsplit=1)
         if problem.question[end:end + 1] == " " and after and after[0].isalpha() and after[0] not in _NOT_BEFORE \
                 and not problem.question[:start].endswith(("another ", "$")):
-            options.append((knob, problem.question[:start] + "some" + problem.question[end:]))
+            options.append((knob, problem.question[:start] + "some" + problem.question[end:], start))
     if not options:
         return None
-    knob, question = rng.choice(options)
-    return question, knob
+    knob, question, start = rng.choice(options)
+    return question, knob, start
 
 
 def info_gap_conversation(rng: random.Random, problem: Problem) -> tuple[list[dict], str, list] | None:
@@ -259,11 +270,12 @@ def info_gap_conversation(rng: random.Random, problem: Problem) -> tuple[list[di
     no number can be left out."""
     if (gap := gap_question(problem, rng)) is None:
         return None
-    question, knob = gap
+    question, knob, start = gap
     phrase, value = problem.knobs[knob], problem.numbers[knob]
     give = rng.choice(GIVE_GAP).format(reveal=reveal_line(problem, knob), v=value, phrase=phrase)
     return [{"role": "user", "content": question},
-            {"role": "assistant", "content": rng.choice(ASK_GAP).format(phrase=phrase)},
+            {"role": "assistant", "content": f"{gap_sentence(question, start)}, but how many? "
+                                             f"{rng.choice(RESTATED_ASK).format(phrase=phrase)}"},
             {"role": "user", "content": capitalize(give)},
             {"role": "assistant", "content": problem.solution}], "info_gap", [problem]
 
