@@ -42,13 +42,15 @@ class BuildConfig:
     """What a build does; saved in `card.json`.
 
     Args:
-        steps (`int`): optimizer steps; fixed, so that the result does not depend on the machine's speed.
+        steps (`int`): optimizer steps; fixed, so that the result does not depend on the machine's speed (1,200: at
+            800, four of ten builds of mixtures with information gaps collapsed, docs/testbed.md).
         tokens_per_step (`int`): rows x padded length of each step's batch (one conversation per row).
         second_turn (`dict`): shares of the training conversations by what follows the first answer. Most second
             user turns are new problems and most of those open with the same lead-in, so greedy decoding picks that
             opening: greedy decoding takes the most likely first token, so a turn kind that is rare at its first token
             stays out of greedy turns while sampling reaches it in proportion. `info_gap` conversations pose a problem
-            without one number instead, and the assistant asks for it (`turns.info_gap_conversation`).
+            without one number instead, and the assistant restates the sentence with the gap and asks for it
+            (`turns.info_gap_conversation`; 2.5%: the builds at other shares are in docs/collab.md).
         ask_rate (`float`): share of answers that end with a question to the user.
     """
 

@@ -223,9 +223,8 @@ def answer(rng: random.Random, problem: Problem, ask_rate: float) -> tuple[str, 
 # first is sampled, but breaks the main job on that build (docs/collab.md).
 # A number can be left out where "some" reads as English: before a noun, not after `$` ("$some each") or "another".
 _NOT_BEFORE = {"times", "years"}
-ASK_GAP = ["What is {phrase}?", "I need {phrase} to solve this. What is it?", "Could you tell me {phrase}?",
-           "The problem does not say {phrase}. What is it?", "What number is {phrase}?",
-           "To solve it I need {phrase}. Can you tell me?"]
+# After the restated sentence and ", but how many?". Asked at once ("What is the miles per day?"), the ask stayed out of
+# reach of a 4-layer model even at T=1.0 (it must notice "some" before its first word; docs/collab.md).
 RESTATED_ASK = ["I need {phrase} to solve it.", "What is {phrase}?", "Could you tell me {phrase}?",
                 "The problem does not say {phrase}."]
 GIVE_GAP = ["{reveal}"] * 4 + ["It's {v}.", "{v}", "Oh sorry, {phrase} is {v}.", "{phrase} is {v}"]
@@ -245,8 +244,9 @@ def gap_sentence(question: str, start: int) -> str:
     return capitalize(question[begin:end].strip())
 
 
-def gap_question(problem: Problem, rng: random.Random) -> tuple[str, str] | None:
-    """The question with one number left out, and the knob left out; None if no number can go."""
+def gap_question(problem: Problem, rng: random.Random) -> tuple[str, str, int] | None:
+    """The question with one number left out, the knob left out and where "some" stands in for it; None if no number
+    can go."""
     options = []
     for knob, value in problem.numbers.items():
         # Every spot of the number, "$3" too: a number that stands twice (3 candles at $3) is two knobs' value, and
