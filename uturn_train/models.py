@@ -133,8 +133,8 @@ def merged_lora(model):
     Decoding runs one token per row and forward, where the adapters' two small matmuls beside every adapted linear
     weigh: the testbed's collaboration rollouts took 1.24-1.25x as long unmerged, its whole steps 1.14x
     (tests/benchmarks/bench_merged_rollouts.py, fp32 on a CPU). PEFT's `unmerge_adapter` subtracts the delta again,
-    which rounds the base weights at every step (in bf16 the drift compounds, huggingface/trl#6688), so here PEFT's
-    `safe_merge` writes the merged weights to new tensors and the originals are kept: one copy of the adapted weights
+    which rounds the base weights at every step (in bf16 the drift compounds, huggingface/trl#6688), so here PEFT
+    merges into copies of the base weights and the originals are kept: one copy of the adapted weights
     while the block runs (`uturn plan` counts it). Half-precision weights stay unmerged: a delta under half a bf16 step
     of its weight (0.2-0.4% of it) would round away, and how much of an adapter that is is unmeasured.
     """
@@ -146,8 +146,11 @@ def merged_lora(model):
     try:
         with torch.no_grad():
             for layer in layers:
-                kept.append((layer, [(p, p.data) for p in layer.get_base_layer().parameters(recurse=False)]))
-                layer.merge(safe_merge=True)  # assigns new tensors: the kept ones are untouched
+                params = [(p, p.data) for p in layer.get_base_layer().parameters(recurse=False)]
+                kept.append((layer, params))
+                for p, data in params:  # PEFT merges into the tensor it finds: a copy, so the kept ones stay exact
+                    p.data = data.clone()  # (peft >= 0.22 writes in place even with `safe_merge`: `.data.copy_`)
+                layer.merge(safe_merge=True)
         yield model
     finally:
         for layer, params in kept:
