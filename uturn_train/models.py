@@ -148,9 +148,9 @@ def merged_lora(model):
             for layer in layers:
                 params = [(p, p.data) for p in layer.get_base_layer().parameters(recurse=False)]
                 kept.append((layer, params))
-                for p, data in params:  # PEFT merges into the tensor it finds: a copy, so the kept ones stay exact
-                    p.data = data.clone()  # (peft >= 0.22 writes in place even with `safe_merge`: `.data.copy_`)
-                layer.merge(safe_merge=True)
+                for p, data in params:  # a copy for PEFT to merge into, in place: the kept ones stay exact (its
+                    p.data = data.clone()  # `safe_merge` also writes in place since peft 0.22, `.data.copy_`)
+                layer.merge()
         yield model
     finally:
         for layer, params in kept:

@@ -218,13 +218,12 @@ def answer(rng: random.Random, problem: Problem, ask_rate: float) -> tuple[str, 
 # does after an incomplete question, as with follow-ups; `uturn collab`'s info_gap family measures it and the
 # collaboration objective trains it. (Answers that assume a value instead were tried: they put numbers the question
 # never says into the answer, and the build's accuracy fell from 0.37 to 0.06, the model no longer copying its
-# question's numbers; measured 2026-12-06, AVX512.) Measured on the shipped build, asking is not there at T=1.0 either:
-# the model would have to notice "some" before its first word; a question that restates the sentence with the gap
-# first is sampled, but breaks the main job on that build (docs/collab.md).
+# question's numbers; measured 2026-12-06, AVX512.) The assistant restates the sentence with the gap before it asks, so
+# that the cue is in the words it has just copied (docs/collab.md has the designs and shares measured).
 # A number can be left out where "some" reads as English: before a noun, not after `$` ("$some each") or "another".
 _NOT_BEFORE = {"times", "years"}
 # After the restated sentence and ", but how many?". Asked at once ("What is the miles per day?"), the ask stayed out of
-# reach of a 4-layer model even at T=1.0 (it must notice "some" before its first word; docs/collab.md).
+# reach of a 4-layer model even at T=1.0: it must notice "some" before its first word.
 RESTATED_ASK = ["I need {phrase} to solve it.", "What is {phrase}?", "Could you tell me {phrase}?",
                 "The problem does not say {phrase}."]
 GIVE_GAP = ["{reveal}"] * 4 + ["It's {v}.", "{v}", "Oh sorry, {phrase} is {v}.", "{phrase} is {v}"]
