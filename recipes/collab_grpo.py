@@ -95,9 +95,10 @@ def main(training_args, model_args, probe_args, rl_args):
             raise ValueError("objective `collab` cannot run under DeepSpeed ZeRO-3 (the processes' conversations take "
                              "different numbers of forwards): use DDP or ZeRO-2 (`uturn plan` gives their memory)")
         if rl_args.prompt_source == "testbed":  # world problems apart from the held-out ones the probe measures
-            drawn = training_collab_tasks(Path(rl_args.prompt_data).parent, rl_args.prompt_limit, rl_args.prompt_seed)
+            drawn = training_collab_tasks(Path(rl_args.prompt_data).parent, rl_args.prompt_limit, rl_args.prompt_seed,
+                                          rl_args.collab_wrong_share)
         else:  # GSM8K's train split (`uturn collab --task gsm8k` measures on its test split)
-            drawn = gsm8k_collab_tasks(rl_args.prompt_data, rl_args.prompt_seed, split="train",
+            drawn = gsm8k_collab_tasks(rl_args.prompt_data, rl_args.prompt_seed, rl_args.collab_wrong_share, "train",
                                        limit=rl_args.prompt_limit, option="--prompt_data")
         tasks = load_collab_tasks(drawn, rl_args.collab_families, option="--prompt_source", oracle=True)
         rows = collab_rows(tokenizer, tasks, examples, rl_args.anchor_share, rl_args.prompt_seed)

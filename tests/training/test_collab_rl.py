@@ -10,6 +10,7 @@ from uturn_train.collab.dialogue import turn_prompt
 from uturn_train.collab.tasks import CollabTask
 from uturn_train.generation import Generation
 from uturn_train.training.collab_rl import CollabReward, FirstUserTurn, collab_rows
+from uturn_train.training.rl_data import RLArguments
 
 INFO_GAP = CollabTask("t-info_gap", "info_gap", "5", [{"role": "user", "content": "Mia buys some pens at $2 each and "
                       "pays $10. How many pens did she buy?"}], oracle={"reveal": "The number of pens is 5."})
@@ -126,6 +127,13 @@ def test_training_tasks_are_never_the_measured_ones(shared_data, tmp_path):
     assert len(drawn) > 150 and not drawn & measured
     assert all(r["id"].startswith("testbed-train-") for r in rows)
     assert len(load_collab_tasks(rows, ["peer_check"], oracle=True)) == 200
+    # `collab_wrong_share`: the training peer_check tasks may all start wrong (their slip in the oracle's lines).
+    right = [r["answer_right"] for r in rows if r["family"] == "peer_check"]
+    assert 60 < sum(right) < 140
+    wrong = [r for r in training_collab_tasks(testbed, 200, seed=0, wrong_share=1.0) if r["family"] == "peer_check"]
+    assert len(wrong) == 200 and not any(r["answer_right"] or r["oracle"]["wrong_step"] is None for r in wrong)
+    with pytest.raises(ValueError, match="collab_wrong_share"):
+        RLArguments(objective="collab", collab_wrong_share=0.0)
 
 
 def test_rows_hold_the_anchor_share():

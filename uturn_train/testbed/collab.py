@@ -107,7 +107,7 @@ def collab_tasks(problems: list[Problem], seed: int = 0, wrong_share: float = 0.
     return rows
 
 
-def training_collab_tasks(testbed: Path, n: int, seed: int = 0) -> list[dict]:
+def training_collab_tasks(testbed: Path, n: int, seed: int = 0, wrong_share: float = 0.5) -> list[dict]:
     """Collaboration tasks for online RL (`recipes/collab_grpo.py`, `objective: collab`) from `n` problems of the
     world drawn with `seed`, none of the build's held-out ones (their keys), so that what `uturn collab` and the
     callback measure stays unseen; ids `testbed-train-<i>-<family>`."""
@@ -117,7 +117,7 @@ def training_collab_tasks(testbed: Path, n: int, seed: int = 0) -> list[dict]:
     while len(problems) < n:
         if (problem := sample_problem(rng)).key not in avoid:
             problems.append(problem)
-    rows = collab_tasks(problems, seed=seed)
+    rows = collab_tasks(problems, seed, wrong_share)
     for row in rows:
         row["id"] = row["id"].replace("testbed-", "testbed-train-", 1)
     return rows

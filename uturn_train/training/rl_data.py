@@ -42,6 +42,9 @@ class RLArguments:
         collab_max_turns (`int`, *optional*, defaults to `3`): the policy's turns per conversation.
         collab_turn_cost (`float`, *optional*, defaults to `0.0`): subtracted from the reward per policy turn after
             the first (CollabLLM's efficiency cost; at 0.1 the testbed's follow-ups died out before any paid).
+        collab_wrong_share (`float`, *optional*, defaults to `0.5`): share of the training peer_check tasks whose answer
+            starts wrong. A right start ends right whatever the user says, so its group of conversations teaches the
+            outcome nothing (only the first-turn shaping); the measured tasks keep `uturn collab`'s 0.5.
     """
 
     prompt_source: str = field(default="testbed", metadata={"help": "testbed, gsm8k, oasst or conversations."})
@@ -61,6 +64,8 @@ class RLArguments:
     collab_max_turns: int = field(default=3, metadata={"help": "Policy turns per conversation (objective collab)."})
     collab_turn_cost: float = field(default=0.0, metadata={
         "help": "Reward lost per policy turn after the first (objective collab)."})
+    collab_wrong_share: float = field(default=0.5, metadata={
+        "help": "Share of the training peer_check tasks that start wrong (objective collab)."})
 
     def __post_init__(self):
         check_source(self.prompt_source, self.prompt_data, option="prompt")
@@ -84,6 +89,8 @@ class RLArguments:
             if self.collab_max_turns < 1 or not 0 <= self.collab_turn_cost < 1:
                 raise ValueError(f"collab_max_turns must be >= 1 and collab_turn_cost in [0, 1), got "
                                  f"{self.collab_max_turns} and {self.collab_turn_cost}")
+            if not 0 < self.collab_wrong_share <= 1:
+                raise ValueError(f"collab_wrong_share must be in (0, 1], got {self.collab_wrong_share}")
 
 
 def rl_examples(args: RLArguments) -> list[Example]:
