@@ -58,8 +58,8 @@ LESSONS = {"collab_dpo": ("loss_type", "beta", "anchor_ratio", "mine_temperature
                           "select_max_accuracy_drop", "select_min_distinct"),
            "collab_grpo": ("loss_type", "beta", "reward_weights", "anchor_share", "prompt_setting", "temperature",
                            "select_metric", "select_max_accuracy_drop", "select_min_distinct"),
-           "collab_objective": ("objective", "collab_families", "collab_max_turns", "collab_turn_cost",
-                                "collab_wrong_share", "anchor_share", "reward_weights", "loss_type", "beta"),
+           "collab_objective": ("objective", "collab_families", "collab_max_turns", "collab_turn_cost", "anchor_share",
+                                "reward_weights", "loss_type", "beta"),
            "collab_sft": ("loss_scope",)}
 
 
