@@ -25,7 +25,9 @@ too sparse for a model that seldom questions anything: on the testbed the rollou
 names the answer's own numbers, the step before naming the one the slip changed, which the outcome then selects.
 
 Training tasks are never the measured ones: the recipe draws the testbed's from world problems apart from its held-out
-keys (`testbed.collab.training_collab_tasks`), GSM8K's from its train split (`collab.gsm8k.gsm8k_collab_tasks`).
+keys (`testbed.collab.training_collab_tasks`), GSM8K's from its train split (`collab.gsm8k.gsm8k_collab_tasks`),
+`collab_wrong_share` of their peer_check answers starting wrong: a right start ends right whatever the user says, so its
+group of conversations holds no advantage for the outcome.
 """
 
 import random
