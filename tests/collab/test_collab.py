@@ -3,6 +3,7 @@
 import json
 import random
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -10,10 +11,11 @@ import pytest
 from helpers import ARITHMETIC
 
 from uturn_train.collab import CollabSettings, OraclePartner, load_collab_tasks, run_collab
-from uturn_train.collab.partners import AGAIN, NOTHING_MORE
+from uturn_train.collab.partners import AGAIN, NOTHING_MORE, names_the_gap
 from uturn_train.generation import Generation
 from uturn_train.io import write_jsonl
 from uturn_train.testbed.collab import collab_tasks
+from uturn_train.testbed.turns import RESTATED_ASK, gap_sentence
 from uturn_train.testbed.world import sample_problem
 
 
@@ -101,6 +103,25 @@ def test_oracle_reveals_once_fixes_a_questioned_slip_and_lets_a_user_move_on(loa
     right = _one(loaded, "peer_check", right=True)
     out = oracle.respond([right], [[*right.messages, {"role": "user", "content": "Are you sure?"}]])[0]
     assert out.text == AGAIN + right.oracle["solution"]
+
+
+def test_the_testbeds_asks_name_the_gap_and_a_restated_question_does_not(loaded):
+    gaps = [t for t in loaded if t.family == "info_gap"]
+    assert len(gaps) > 20
+    for i, t in enumerate(gaps):
+        question, phrase = t.messages[0]["content"], t.oracle["asks_for"]
+        restated = gap_sentence(question, re.search(r"\bsome\b", question).start())
+        # The asks of the testbed's mixture (turns.info_gap_conversation) name it: the strict partner rewards them.
+        assert names_the_gap(f"{restated}, but how many? {RESTATED_ASK[i % 4].format(phrase=phrase)}", question, phrase)
+        # Asks read on the collaboration objective's seeds 0 and 2 (recipes/README.md) do not.
+        assert not names_the_gap(f"{restated},?", question, phrase)
+        assert not names_the_gap(f"{restated.split()[0]} {restated.split()[1]} but how many then?", question, phrase)
+        strict = OraclePartner(named=True)
+        assert strict.respond([t], [[*t.messages, {"role": "assistant", "content": f"{restated},?"}]])[0].text \
+            == NOTHING_MORE
+    bare = replace(gaps[0], oracle={"reveal": "x"})  # tasks written by an older version
+    with pytest.raises(ValueError, match="no oracle `asks_for`.*make the tasks again"):
+        OraclePartner(named=True).respond([bare], [[*bare.messages, {"role": "assistant", "content": "How many?"}]])
 
 
 class ScriptedClient:

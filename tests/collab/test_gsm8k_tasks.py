@@ -9,7 +9,7 @@ import pytest
 
 from uturn_train.collab import OraclePartner, load_collab_tasks
 from uturn_train.collab.gsm8k import evaluate, gsm8k_collab_tasks, info_gap_task, peer_check_task
-from uturn_train.collab.partners import AGAIN, questions_the_slip
+from uturn_train.collab.partners import AGAIN, NOTHING_MORE, questions_the_slip
 from uturn_train.tasks.base import Example
 from uturn_train.tasks.gsm8k import extract_answer
 
@@ -69,6 +69,20 @@ def test_info_gap_leaves_out_a_number_the_solution_uses_and_reveals_its_sentence
     # 16 is the only number that can go: "$2" follows a dollar sign, "three" and "four" are words.
     assert question.startswith("Janet's ducks lay some eggs per day.") and "16" not in question
     assert task["oracle"]["reveal"] == "Janet's ducks lay 16 eggs per day." and task["gold"] == "18"
+    assert task["oracle"]["asks_for"] == "eggs"  # the word the number counted: what an ask must name
+
+
+def test_a_strict_partner_reveals_only_to_an_ask_that_names_the_missing_quantity():
+    (task,) = load_collab_tasks([info_gap_task(DUCKS, "gsm8k-0", random.Random(0))], ["info_gap"], oracle=True)
+
+    def reply(turn, partner):
+        return partner.respond([task], [[*task.messages, {"role": "assistant", "content": turn}]])[0].text
+
+    strict = OraclePartner(named=True)
+    assert reply("How many eggs do the ducks lay each day?", strict) == task.oracle["reveal"]
+    assert reply("Janet's ducks lay some eggs per day. How many?", strict) == NOTHING_MORE  # restated, not asked
+    assert reply("But how many then?", strict) == NOTHING_MORE
+    assert reply("But how many then?", OraclePartner()) == task.oracle["reveal"]  # `uturn collab` counts any ask
 
 
 def test_problems_without_clean_marks_give_no_task():

@@ -10,7 +10,8 @@ real model runs, where the testbed's tasks (`uturn_train.testbed.collab`) need t
   shows it (`tasks.gsm8k.to_example`).
 - **info_gap**: the question with one of its numbers replaced by "some" (a number the solution computes with, written
   once, before a word: "lay 16 eggs" -> "lay some eggs"); the oracle's reveal is the question's own sentence that held
-  it ("Janet's ducks lay 16 eggs per day.").
+  it ("Janet's ducks lay 16 eggs per day."), and the word the number counted (`asks_for`: "eggs") is what an ask
+  must name for a partner that reveals only to such a question (`OraclePartner(named=True)`, online RL).
 
 Problems whose steps do not each hold exactly one mark that evaluates to its stated result are left out (278 of the
 1,319 test problems), as are problems where no step can slip or no number can go. Never the training split: mining and
@@ -150,8 +151,9 @@ def _sentences(text: str) -> list[tuple[int, int]]:
     return list(zip(bounds, bounds[1:]))
 
 
-def _gap(question: str, solution: str, rng: random.Random) -> tuple[str, str] | None:
-    """The question with one number left out, and the sentence that held it; None if no number can go."""
+def _gap(question: str, solution: str, rng: random.Random) -> tuple[str, str, str] | None:
+    """The question with one number left out, the sentence that held it and the word the number counted ("16 eggs":
+    "eggs", the missing quantity's name); None if no number can go."""
     used = {n for expr, _ in _MARK.findall(solution) for n in _NUMBER.findall(expr.replace(",", ""))}
     options = []
     for first, last in _sentences(question):
@@ -165,7 +167,7 @@ def _gap(question: str, solution: str, rng: random.Random) -> tuple[str, str] | 
             word = question[start - 1: start] in ("", " ") and not question[:start].endswith("another ")
             if (value in used and once and word and question[end:end + 1] == " " and after[0].isalpha()
                     and after[0].lower() not in _NOT_BEFORE):
-                options.append((question[:start] + "some" + question[end:], sentence.strip()))
+                options.append((question[:start] + "some" + question[end:], sentence.strip(), after[0]))
     return rng.choice(options) if options else None
 
 
@@ -175,12 +177,13 @@ def info_gap_task(example, name: str, rng: random.Random) -> dict | None:
     gap = _gap(example.query, example.meta["solution"], rng)
     if gap is None:
         return None
-    question, reveal = gap
+    question, reveal, counted = gap
     brief = (f"You are a user who needs help with a math problem. The whole problem is: {example.query} "
              f"You only wrote: {question} If the assistant asks for what is missing, tell it ({reveal}) in one short "
              "sentence. Never solve the problem yourself.")
     return {"id": f"{name}-info_gap", "family": "info_gap", "gold": example.gold,
-            "messages": [{"role": "user", "content": question}], "brief": brief, "oracle": {"reveal": reveal}}
+            "messages": [{"role": "user", "content": question}], "brief": brief,
+            "oracle": {"reveal": reveal, "asks_for": counted}}
 
 
 def gsm8k_collab_tasks(data: str | None = None, seed: int = 0, wrong_share: float = 0.5, split: str = "test",

@@ -33,6 +33,33 @@ def questions_the_slip(turn: str, oracle: dict, ordinal: bool = True) -> bool:
     return bool(numbers & set(oracle["values"]) or set(oracle["operands"]) <= numbers or named)
 
 
+_WORD = re.compile(r"[a-z]+|\d+")
+
+
+def _words(text: str) -> list[str]:
+    return [w.rstrip("s") for w in _WORD.findall(text.lower().replace("'s", ""))]  # "miles" = "mile", "Mia's" = "mia"
+
+
+# Words of a quantity's name that do not tell which quantity it is ("the number of days": only "days" does).
+_FRAME = set(_words("the a an of per each number how many much is in at to for"))
+
+
+def names_the_gap(turn: str, question: str, asks_for: str) -> bool:
+    """Whether an assistant turn asks for the quantity an info_gap question lacks: every word of its name (`asks_for`,
+    "the miles per day": "miles" and "day") stands in what the turn adds to the question, a run of 4 words or more
+    copied from `question` taken out first. The question restated with a bare question mark ("Mei walks some miles
+    every day for 9 days,?") does not, nor a question about nothing in particular ("But how many then?"); "How many
+    miles does she walk each day?" does. The testbed's asks name the quantity in these words
+    (`testbed.turns.RESTATED_ASK`); a real model's paraphrase ("How far does she walk daily?") does not count."""
+    words, said = _words(turn), set()
+    grams = {tuple(g) for g in zip(*(_words(question)[i:] for i in range(4)))}
+    for i in range(len(words) - 3):
+        if tuple(words[i: i + 4]) in grams:
+            said.update(range(i, i + 4))
+    added = {w for i, w in enumerate(words) if i not in said}
+    return set(_words(asks_for)) - _FRAME <= added
+
+
 def _said(text: str) -> Generation:
     return Generation(text, "stop", None, 0, 0)
 
@@ -43,6 +70,8 @@ class OraclePartner:
 
     - info_gap (the partner is the user who holds the missing number): a question from the assistant gets `reveal`
       the first time and [`NOTHING_MORE`] after; CollabLLM's simulated users likewise reveal facts only when asked.
+      With `named`, only a question that names the missing quantity ([`names_the_gap`]) gets it; any other,
+      [`NOTHING_MORE`].
     - peer_check (the partner is the assistant that answered): a turn the probe's classifier does not call a follow-up
       (thanks, a new problem, an answer of its own, nothing) ends the conversation, the answer standing; a follow-up
       that questions the slip ([`questions_the_slip`]) gets `fix`, the corrected solution; any other follow-up gets
@@ -52,8 +81,9 @@ class OraclePartner:
 
     name = "oracle"
 
-    def __init__(self, ordinal: bool = True):
+    def __init__(self, ordinal: bool = True, named: bool = False):
         self.ordinal = ordinal  # whether the wrong step's ordinal alone questions it ([`questions_the_slip`])
+        self.named = named  # whether only a question naming the missing quantity gets it ([`names_the_gap`])
 
     def respond(self, tasks: list[CollabTask], conversations: list[list[dict]]) -> list[Generation | None]:
         return [_said(text) if (text := self._reply(t, m)) is not None else None for t, m in zip(tasks, conversations)]
@@ -61,7 +91,14 @@ class OraclePartner:
     def _reply(self, task: CollabTask, messages: list[dict]) -> str | None:
         o, turn = task.oracle, messages[-1]["content"]
         if task.family == "info_gap":
-            return NOTHING_MORE if any(m["content"] == o["reveal"] for m in messages) else o["reveal"]
+            if any(m["content"] == o["reveal"] for m in messages):
+                return NOTHING_MORE
+            if self.named and "asks_for" not in o:
+                raise ValueError(f"task {task.id} has no oracle `asks_for` (the missing quantity's name), which a "
+                                 "partner that reveals only to a question naming it needs: make the tasks again "
+                                 "with this version")
+            asked = not self.named or names_the_gap(turn, messages[0]["content"], o["asks_for"])
+            return o["reveal"] if asked else NOTHING_MORE
         answer = next(m["content"] for m in reversed(messages) if m["role"] == "assistant")
         if classify_turn(messages[0]["content"], answer, turn).label != "followup":
             return None

@@ -5,7 +5,7 @@ One row per task:
     {"id": "testbed-3-info_gap", "family": "info_gap", "gold": "5",
      "messages": [{"role": "user", "content": "Jonas buys some scarves that cost $9 each. ..."}],
      "brief": "You are a user who needs help ...",          # a model partner's instructions (info_gap)
-     "oracle": {"reveal": "The number of scarves is 5."}}
+     "oracle": {"reveal": "The number of scarves is 5.", "asks_for": "the number of scarves"}}
     {"id": "testbed-3-peer_check", "family": "peer_check", "gold": "5", "answer_right": false,
      "messages": [{"role": "user", "content": "..."}, {"role": "assistant", "content": "... #### 6"}],
      "oracle": {"wrong_step": 1, "values": ["6"], "operands": ["50", "45"], "ordinal": "second",
@@ -14,7 +14,8 @@ One row per task:
 `info_gap` opens with the user's question (the model answers as the assistant); `peer_check` opens with a question and
 another agent's answer (the model writes the next *user* turn). `oracle` holds the oracle partner's lines
 ([`~uturn_train.collab.partners.OraclePartner`]); `wrong_step` is null when the answer is right, and then only
-`solution` is needed.
+`solution` is needed; `asks_for` (info_gap, the missing quantity's name) only by a partner that reveals to a question
+naming it (`OraclePartner(named=True)`, online RL).
 """
 
 from dataclasses import dataclass

@@ -50,7 +50,8 @@ def info_gap_task(problem: Problem, index: int, rng: random.Random) -> dict | No
              f"You only wrote: {question} If the assistant asks for what is missing, tell it ({reveal}) in one short "
              "sentence. Never solve the problem yourself.")
     return {"id": f"testbed-{index}-info_gap", "family": "info_gap", "gold": str(problem.answer),
-            "messages": [{"role": "user", "content": question}], "brief": brief, "oracle": {"reveal": reveal}}
+            "messages": [{"role": "user", "content": question}], "brief": brief,
+            "oracle": {"reveal": reveal, "asks_for": problem.knobs[knob]}}
 
 
 def _slip(problem: Problem, rng: random.Random) -> tuple[int, list[Step]]:

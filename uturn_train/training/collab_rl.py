@@ -15,7 +15,9 @@ peer_check: the pair's final answer is), 0 otherwise, minus `collab_turn_cost` p
 (CollabLLM's efficiency cost, in turns rather than tokens; 0 by default: at 0.1 the testbed's sampled follow-ups died
 out before any paid, since half the peer_check answers are right and a follow-up there only costs a turn). The oracle
 of the rollouts does not count a question that names the wrong step by its ordinal alone ("Can you explain the first
-step?"): it fits any answer, and rewarded for it GRPO learned to ask it of every answer (recipes/README.md). Anchors
+step?"): it fits any answer, and rewarded for it GRPO learned to ask it of every answer (recipes/README.md). Nor does
+it reveal the missing number to an ask that does not name the missing quantity (`partners.names_the_gap`): rewarded for
+any question, the testbed's asks decayed to the question restated with a bare question mark. Anchors
 (`anchor_share`) are ordinary problems, one turn, rewarded by `rewards.accuracy` as in the user-turn objective.
 
 Shaping ([`FirstUserTurn`], its weight in `reward_weights`): the user-turn probe's verdict on the policy's first user
@@ -98,9 +100,11 @@ class CollabRollout:
                                              gradient_checkpointing_kwargs=args.gradient_checkpointing_kwargs)
         with unwrap as unwrapped, merged_lora(unwrapped) as model:  # fp32: faster merged (models.merged_lora)
             if collab:
-                # An ordinal alone ("Can you explain the first step?") fits any answer: not rewarded (partners.py).
+                # An ordinal alone ("Can you explain the first step?") fits any answer, as does an ask that names no
+                # quantity ("...for 9 days,?"): neither is rewarded (partners.py).
                 run = run_collab(model, self.tokenizer, [self.tasks[prompts[i]] for i in collab],
-                                 OraclePartner(ordinal=False), settings, disable_progress=True, trace=True)
+                                 OraclePartner(ordinal=False, named=True), settings, disable_progress=True,
+                                 trace=True)
                 for i, record in zip(collab, run.conversations):
                     trace, opened = record["trace"], len(self.tasks[prompts[i]].messages)
                     out["first_turn"][i] = record["messages"][opened]["content"] if len(record["messages"]) > opened \
