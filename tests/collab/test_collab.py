@@ -156,6 +156,11 @@ def test_success_rule_end_to_end_with_the_oracle(tasks_file):
     gap = [r for r in run.conversations if r["family"] == "info_gap"]
     assert all(r["ended"] == "answered" and r["turns"] == 2 and r["questions"] == 1 and r["success"] for r in gap)
     assert run.summary["info_gap"]["asked_first"] == 1.0
+    assert run.summary["info_gap"]["named_first"] == 0.0  # "How many are there?" names no quantity
+    strict = run_collab(None, _tokenizer(), tasks, OraclePartner(named=True), CollabSettings(max_turns=3),
+                        client=ScriptedClient(tasks), disable_progress=True)
+    assert strict.summary["info_gap"]["success_rate"] == 0.0  # never told the number: it asks until the turns end
+    assert {r["ended"] for r in strict.conversations if r["family"] == "info_gap"} == {"max_turns"}
     slips = [r for r in run.conversations if r["family"] == "peer_check" and r["answer_right"] is False]
     assert slips and all(r["success"] for r in slips), "questioning the final number gets every slip fixed"
     assert run.summary["peer_check"]["wrong_start"]["success_rate"] == 1.0

@@ -17,6 +17,7 @@ from ..chat import answer_prompt, stop_strings, user_turn_prompt
 from ..generation import generate
 from ..probe.metrics import wilson_interval
 from ..tasks.gsm8k import extract_answer, is_correct
+from .partners import names_the_gap
 from .tasks import FAMILIES, CollabTask
 
 
@@ -107,6 +108,9 @@ def _record(c: _Conversation) -> dict:
               "questions": c.questions, "ended": c.ended, "error": c.error, "gold": c.task.gold,
               "final_answer": extract_answer(final) if final else None, "answer_right": c.task.answer_right,
               "messages": c.messages}
+    if c.task.family == "info_gap" and "asks_for" in (c.task.oracle or {}):
+        record["named_first"] = asked_first(record) and names_the_gap(
+            c.messages[1]["content"], c.messages[0]["content"], c.task.oracle["asks_for"])
     if c.ids:
         end = c.model_end
         record["trace"] = {"prompt_ids": c.ids[: c.prompt_tokens], "completion_ids": c.ids[c.prompt_tokens: end],
@@ -122,7 +126,10 @@ def _rate(records: list[dict]) -> dict:
 def summarize(records: list[dict], families: list[str]) -> dict:
     """Per family: `n` (conversations without error), `errors`, `success_rate` with `ci95`, mean `turns`, `tokens`
     (the model's) and `questions` (its turns with a question mark); info_gap also `asked_first` (share whose first
-    model turn asks); peer_check also `wrong_start` and `right_start`, the same rate split by the starting answer."""
+    model turn asks) and, where every task has an oracle `asks_for`, `named_first` (share whose first turn asks for the
+    missing quantity by name, [`~uturn_train.collab.partners.names_the_gap`]: the oracle of `uturn collab` reveals to
+    any ask, "Could you tell me the number of scarves?" about notebooks too); peer_check also `wrong_start` and
+    `right_start`, the same rate split by the starting answer."""
     summary = {}
     for family in families:
         rows = [r for r in records if r["family"] == family]
@@ -132,6 +139,8 @@ def summarize(records: list[dict], families: list[str]) -> dict:
             s[key] = sum(r[key] for r in ok) / len(ok) if ok else None
         if family == "info_gap":
             s["asked_first"] = sum(map(asked_first, ok)) / len(ok) if ok else None
+            named = [r["named_first"] for r in ok if "named_first" in r]
+            s["named_first"] = sum(named) / len(named) if named and len(named) == len(ok) else None
         else:
             s["wrong_start"] = _rate([r for r in ok if r["answer_right"] is False])
             s["right_start"] = _rate([r for r in ok if r["answer_right"] is True])

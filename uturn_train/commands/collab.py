@@ -98,16 +98,16 @@ def print_table(result: dict) -> None:
 
     table = Table(title=f"{Path(str(result['model'])).name} · partner {Path(result['partner']).name} · "
                         f"{result['seconds']:.0f} s", box=box.SIMPLE_HEAD, show_lines=True, show_edge=False)
-    for col in ("family", "n", "errors", "success\n[95% CI]", "wrong start\n[95% CI]", "asked\nfirst", "turns",
-                "tokens"):
+    for col in ("family", "n", "errors", "success\n[95% CI]", "wrong start\n[95% CI]", "asked\nfirst\n(named)",
+                "turns\n(tokens)"):
         table.add_column(col, justify="right", no_wrap=True)
     for family, s in result["families"].items():
         wrong = s.get("wrong_start")
         table.add_row(family, str(s["n"]), str(s["errors"]), rate_ci(s["success_rate"], s["ci95"]),
                       rate_ci(wrong["success_rate"], wrong["ci95"]) if wrong else "-",
-                      "-" if s.get("asked_first") is None else f"{s['asked_first']:.3f}",
-                      "-" if s["turns"] is None else f"{s['turns']:.2f}",
-                      "-" if s["tokens"] is None else f"{s['tokens']:.0f}")
+                      "-" if s.get("asked_first") is None else f"{s['asked_first']:.3f}" + (
+                          "" if s.get("named_first") is None else f"\n({s['named_first']:.3f})"),
+                      "-" if s["turns"] is None else f"{s['turns']:.2f}\n({s['tokens']:.0f})")
     Console().print(table)
 
 
