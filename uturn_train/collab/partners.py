@@ -51,8 +51,8 @@ def names_the_gap(turn: str, question: str, asks_for: str) -> bool:
     every day for 9 days,?") does not, nor a question about nothing in particular ("But how many then?"); "How many
     miles does she walk each day?" does. The testbed's asks name the quantity in these words
     (`testbed.turns.RESTATED_ASK`); a real model's paraphrase ("How far does she walk daily?") does not count."""
-    words, said = _words(turn), set()
-    grams = {tuple(g) for g in zip(*(_words(question)[i:] for i in range(4)))}
+    words, said, asked = _words(turn), set(), _words(question)
+    grams = set(zip(*(asked[i:] for i in range(4))))
     for i in range(len(words) - 3):
         if tuple(words[i: i + 4]) in grams:
             said.update(range(i, i + 4))
